@@ -1,0 +1,51 @@
+//! The one entry point that evaluates a single op on host tensors: CPU eager mode and the
+//! interpreter both come through here. Output shapes come from [`kiln_ir::infer`], so there is
+//! one definition of each op's result type.
+
+use crate::kernels::{
+    activation, attention, cast, conv, elementwise, gather, matmul, movement, norm, pool, reduce,
+};
+use kiln_ir::{Error, HostTensor, Op, Result, TensorType, infer::infer};
+
+/// Evaluates `op` on `inputs`. View ops (reshape of contiguous data, permute, expand, slice)
+/// return views sharing the input's storage; everything else returns a dense new tensor.
+pub fn eval(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor> {
+    let tys: Vec<TensorType> =
+        inputs.iter().map(|t| TensorType::new(t.dtype(), t.ir_shape())).collect();
+    let refs: Vec<&TensorType> = tys.iter().collect();
+    let out = infer(op, &refs)?;
+    let shape = out.shape.as_fixed().ok_or_else(|| {
+        Error::Shape(format!("{}: result shape {} has unbound symbolic dims", op.name(), out.shape))
+    })?;
+    let x = inputs[0];
+    match op {
+        Op::Input { .. } | Op::Constant(_) => {
+            Err(Error::Graph(format!("{} nodes are bound by the interpreter, not evaluated", op.name())))
+        }
+        Op::Unary(u) => elementwise::unary(*u, x, out.dtype),
+        Op::Binary(b) => elementwise::binary(*b, x, inputs[1], out.dtype, &shape),
+        Op::Where => elementwise::where_(x, inputs[1], inputs[2], &shape),
+        Op::Cast(d) => cast::cast(x, *d),
+        Op::Reduce { op, axes, keep_dims } => reduce::reduce(*op, x, axes, *keep_dims, &shape),
+        Op::ArgReduce { op, axis, select_last, .. } => {
+            reduce::arg_reduce(*op, x, *axis, *select_last, &shape)
+        }
+        Op::Reshape(_) | Op::Permute(_) | Op::Expand(_) | Op::Slice(_) => {
+            movement::view(op, x, &shape)
+        }
+        Op::Pad { pads, mode } => movement::pad(x, pads, *mode, &shape),
+        Op::Concat { axis } => movement::concat(inputs, *axis, &shape),
+        Op::Gather { axis } => gather::gather(x, inputs[1], *axis, &shape),
+        Op::MatMul => matmul::matmul(x, inputs[1], &shape),
+        Op::Conv2d(a) => conv::conv2d(a, x, inputs[1], inputs.get(2).copied(), &shape),
+        Op::Pool2d(p) => pool::pool2d(p, x, &shape),
+        Op::Softmax { axis } => norm::softmax(x, *axis, false),
+        Op::LogSoftmax { axis } => norm::softmax(x, *axis, true),
+        Op::LayerNorm { axis, eps } => norm::layer_norm(x, inputs.get(1).copied(), inputs.get(2).copied(), *axis, *eps),
+        Op::BatchNorm { eps } => norm::batch_norm(x, inputs[1], inputs[2], inputs[3], inputs[4], *eps),
+        Op::Gelu { tanh_approx } => activation::gelu(x, *tanh_approx),
+        Op::Attention { causal, scale } => {
+            attention::attention(x, inputs[1], inputs[2], inputs.get(3).copied(), *causal, *scale, &shape)
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Kernels, one file per op family. Each takes host tensors with any strides and returns a
+//! new tensor (or a view, for movement ops).
+
+pub mod activation;
+pub mod attention;
+pub mod cast;
+pub mod conv;
+pub mod elementwise;
+pub mod gather;
+pub mod matmul;
+pub mod movement;
+pub mod norm;
+pub mod pool;
+pub mod reduce;

@@ -1,0 +1,208 @@
+//! Strided layouts: how a tensor's logical indices map to places in its storage. Views
+//! (permute, expand, slice, reshape of contiguous data) only change the layout, never the data.
+
+use crate::{Error, Result};
+
+/// Shape, strides (in elements, may be 0 for broadcast or negative for reversed slices) and
+/// the offset of element `[0, 0, ...]` in the storage.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    pub shape: Vec<usize>,
+    pub strides: Vec<isize>,
+    pub offset: usize,
+}
+
+/// Row-major strides of a contiguous tensor of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut strides = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for i in (0..shape.len()).rev() {
+        strides[i] = acc;
+        acc *= shape[i].max(1) as isize;
+    }
+    strides
+}
+
+impl Layout {
+    /// The row-major contiguous layout of `shape`, starting at offset 0.
+    pub fn contiguous(shape: &[usize]) -> Layout {
+        Layout { shape: shape.to_vec(), strides: contiguous_strides(shape), offset: 0 }
+    }
+
+    /// Number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True when the elements are stored row-major without gaps, starting at `offset`
+    /// (size-1 dims may have any stride).
+    pub fn is_contiguous(&self) -> bool {
+        let mut expected = 1isize;
+        for i in (0..self.rank()).rev() {
+            if self.shape[i] == 1 {
+                continue;
+            }
+            if self.strides[i] != expected {
+                return false;
+            }
+            expected *= self.shape[i] as isize;
+        }
+        true
+    }
+
+    /// Storage index of the element at `index` (one entry per axis).
+    pub fn offset_of(&self, index: &[usize]) -> usize {
+        let mut off = self.offset as isize;
+        for (i, s) in index.iter().zip(&self.strides) {
+            off += *i as isize * s;
+        }
+        off as usize
+    }
+
+    /// Calls `f` with the storage index of every element, in row-major logical order.
+    pub fn for_each_offset(&self, mut f: impl FnMut(usize)) {
+        let n = self.numel();
+        if n == 0 {
+            return;
+        }
+        let rank = self.rank();
+        if rank == 0 {
+            f(self.offset);
+            return;
+        }
+        // The innermost axis runs in a tight loop; the outer axes advance like an odometer.
+        let inner = self.shape[rank - 1];
+        let inner_stride = self.strides[rank - 1];
+        let mut idx = vec![0usize; rank - 1];
+        let mut base = self.offset as isize;
+        loop {
+            let mut off = base;
+            for _ in 0..inner {
+                f(off as usize);
+                off += inner_stride;
+            }
+            // advance the odometer over the outer axes
+            let mut axis = rank - 1;
+            loop {
+                if axis == 0 {
+                    return;
+                }
+                axis -= 1;
+                idx[axis] += 1;
+                base += self.strides[axis];
+                if idx[axis] < self.shape[axis] {
+                    break;
+                }
+                base -= self.strides[axis] * self.shape[axis] as isize;
+                idx[axis] = 0;
+            }
+        }
+    }
+
+    /// The storage indices of every element, in row-major logical order.
+    pub fn offsets(&self) -> Vec<usize> {
+        let mut v = Vec::with_capacity(self.numel());
+        self.for_each_offset(|o| v.push(o));
+        v
+    }
+
+    /// Reorders the axes: axis `i` of the result is axis `perm[i]` of `self`.
+    pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
+        check_perm(perm, self.rank())?;
+        Ok(Layout {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+        })
+    }
+
+    /// Broadcasts to `shape` (NumPy rules: right-aligned, size-1 dims stretch with stride 0).
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
+        if shape.len() < self.rank() {
+            return Err(Error::Shape(format!(
+                "expand: cannot broadcast shape {:?} to the lower-rank shape {:?}",
+                self.shape, shape
+            )));
+        }
+        let lead = shape.len() - self.rank();
+        let mut strides = vec![0isize; shape.len()];
+        for i in 0..self.rank() {
+            let (from, to) = (self.shape[i], shape[lead + i]);
+            strides[lead + i] = if from == to {
+                self.strides[i]
+            } else if from == 1 {
+                0
+            } else {
+                return Err(Error::Shape(format!(
+                    "expand: cannot broadcast shape {:?} to {:?} (dim {i}: {from} vs {to})",
+                    self.shape, shape
+                )));
+            };
+        }
+        Ok(Layout { shape: shape.to_vec(), strides, offset: self.offset })
+    }
+
+    /// Takes elements `start, start+step, ...` (before `end`) along `axis`. `start`/`end` are
+    /// already clamped indices; a negative `step` walks backwards from `start` down to past `end`.
+    pub fn slice(&self, axis: usize, start: i64, end: i64, step: i64) -> Result<Layout> {
+        if axis >= self.rank() || step == 0 {
+            return Err(Error::Shape(format!(
+                "slice: axis {axis} / step {step} invalid for shape {:?}",
+                self.shape
+            )));
+        }
+        let len = if step > 0 {
+            ((end - start).max(0) + step - 1) / step
+        } else {
+            ((start - end).max(0) + (-step) - 1) / (-step)
+        } as usize;
+        let mut out = self.clone();
+        if len > 0 {
+            out.offset = (self.offset as isize + start as isize * self.strides[axis]) as usize;
+        }
+        out.shape[axis] = len;
+        out.strides[axis] = self.strides[axis] * step as isize;
+        Ok(out)
+    }
+
+    /// A view of the same elements with a new shape, when the strides allow it without a copy
+    /// (always for contiguous layouts); `None` when a copy is needed.
+    pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
+        if shape.iter().product::<usize>() != self.numel() {
+            return None;
+        }
+        if self.is_contiguous() {
+            return Some(Layout {
+                shape: shape.to_vec(),
+                strides: contiguous_strides(shape),
+                offset: self.offset,
+            });
+        }
+        None
+    }
+}
+
+/// Checks that `perm` is a permutation of `0..rank`.
+pub fn check_perm(perm: &[usize], rank: usize) -> Result<()> {
+    let mut seen = vec![false; rank];
+    if perm.len() != rank {
+        return Err(Error::Shape(format!(
+            "permute: permutation {perm:?} has {} entries for a tensor of rank {rank}",
+            perm.len()
+        )));
+    }
+    for &p in perm {
+        if p >= rank || seen[p] {
+            return Err(Error::Shape(format!(
+                "permute: {perm:?} is not a permutation of 0..{rank}"
+            )));
+        }
+        seen[p] = true;
+    }
+    Ok(())
+}

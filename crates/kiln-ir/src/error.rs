@@ -1,0 +1,34 @@
+//! The one error type of the graph IR and the stages built on it.
+
+/// What went wrong, with a message that names the op, the shapes or the file involved
+/// and, where there is one, what to do about it.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum Error {
+    /// Shapes that do not fit the op (broadcasting, matmul inner dims, reshape sizes...).
+    #[error("shape error: {0}")]
+    Shape(String),
+    /// A dtype the op does not accept, or inputs whose dtypes disagree.
+    #[error("dtype error: {0}")]
+    DType(String),
+    /// A malformed graph: dangling input, cycle, wrong arity, bad constant id.
+    #[error("invalid graph: {0}")]
+    Graph(String),
+    /// A well-formed request that this build of kiln cannot carry out yet.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A bad value supplied by the user (an out-of-range index, a division by zero, a bad attribute).
+    #[error("invalid value: {0}")]
+    Value(String),
+    /// Reading or writing files (safetensors, caches).
+    #[error("i/o error: {0}")]
+    Io(String),
+}
+
+/// Result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e.to_string())
+    }
+}

@@ -1,0 +1,1 @@
+//! The one dispatch point every tensor op goes through.

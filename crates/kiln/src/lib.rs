@@ -1,0 +1,15 @@
+//! kiln's public API: [`Tensor`] with eager execution on the CPU, one dispatch point for
+//! every op, tracing a forward pass into a [`kiln_ir::Graph`], `nn` layers and the model zoo.
+
+pub mod device;
+pub mod dispatch;
+pub mod nn;
+pub mod rng;
+pub mod tensor;
+pub mod trace;
+pub mod zoo;
+
+pub use device::Device;
+pub use kiln_ir::{DType, Error, Graph, HostTensor, Result};
+pub use tensor::Tensor;
+pub use trace::trace;

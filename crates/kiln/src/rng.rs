@@ -1,0 +1,1 @@
+//! Deterministic random numbers for weights.

@@ -1,0 +1,1 @@
+//! Tracing a forward pass into a graph.
