@@ -59,8 +59,8 @@ pub fn run(graph: &Graph, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
             .ok_or_else(|| Error::Graph(format!("node %{idx} reads a value that is not computed")))?;
         let op = bind_op(&node.op, &syms)?;
         let out = eval(&op, &args).map_err(|e| match &node.name {
-            Some(n) => annotate(e, &format!("node %{idx} ({n})")),
-            None => annotate(e, &format!("node %{idx}")),
+            Some(n) => e.context(&format!("node %{idx} ({n})")),
+            None => e.context(&format!("node %{idx}")),
         })?;
         values[idx] = Some(out);
         for i in &node.inputs {
@@ -126,16 +126,4 @@ fn bind_op(op: &Op, syms: &HashMap<String, usize>) -> Result<Op> {
         Op::Expand(s) if !s.is_fixed() => Op::Expand(bind(s)?),
         _ => op.clone(),
     })
-}
-
-/// Prefixes an error's message with where it happened, keeping its kind.
-fn annotate(e: Error, at: &str) -> Error {
-    match e {
-        Error::Shape(m) => Error::Shape(format!("{at}: {m}")),
-        Error::DType(m) => Error::DType(format!("{at}: {m}")),
-        Error::Graph(m) => Error::Graph(format!("{at}: {m}")),
-        Error::Unsupported(m) => Error::Unsupported(format!("{at}: {m}")),
-        Error::Value(m) => Error::Value(format!("{at}: {m}")),
-        Error::Io(m) => Error::Io(format!("{at}: {m}")),
-    }
 }

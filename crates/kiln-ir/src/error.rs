@@ -24,6 +24,20 @@ pub enum Error {
     Io(String),
 }
 
+impl Error {
+    /// The same error with `at` (a node, a file, a request) put before its message, keeping its kind.
+    pub fn context(self, at: &str) -> Error {
+        match self {
+            Error::Shape(m) => Error::Shape(format!("{at}: {m}")),
+            Error::DType(m) => Error::DType(format!("{at}: {m}")),
+            Error::Graph(m) => Error::Graph(format!("{at}: {m}")),
+            Error::Unsupported(m) => Error::Unsupported(format!("{at}: {m}")),
+            Error::Value(m) => Error::Value(format!("{at}: {m}")),
+            Error::Io(m) => Error::Io(format!("{at}: {m}")),
+        }
+    }
+}
+
 /// Result with [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 

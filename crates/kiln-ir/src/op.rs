@@ -200,11 +200,9 @@ impl SliceAxis {
         } else {
             (norm(self.start).clamp(-1, n - 1), norm(self.end).clamp(-1, n - 1))
         };
-        let count = if self.step > 0 {
-            ((end - start).max(0) + self.step - 1) / self.step
-        } else {
-            ((start - end).max(0) + (-self.step) - 1) / (-self.step)
-        };
+        // Unsigned arithmetic, so steps near the i64 extremes (seen in ONNX files) cannot overflow.
+        let span = if self.step > 0 { end - start } else { start - end };
+        let count = if span <= 0 { 0 } else { (span as u64 - 1) / self.step.unsigned_abs() + 1 };
         (start, end, count as usize)
     }
 }

@@ -42,6 +42,10 @@ impl Layout {
     /// True when the elements are stored row-major without gaps, starting at `offset`
     /// (size-1 dims may have any stride).
     pub fn is_contiguous(&self) -> bool {
+        if self.shape.contains(&0) {
+            // No element is ever addressed, so any strides describe a dense (empty) tensor.
+            return true;
+        }
         let mut expected = 1isize;
         for i in (0..self.rank()).rev() {
             if self.shape[i] == 1 {
@@ -156,17 +160,18 @@ impl Layout {
                 self.shape
             )));
         }
-        let len = if step > 0 {
-            ((end - start).max(0) + step - 1) / step
-        } else {
-            ((start - end).max(0) + (-step) - 1) / (-step)
-        } as usize;
+        // Written with unsigned division so that steps near the i64 extremes cannot overflow.
+        let span = if step > 0 { end.saturating_sub(start) } else { start.saturating_sub(end) };
+        let len = if span <= 0 { 0 } else { ((span as u64 - 1) / step.unsigned_abs() + 1) as usize };
         let mut out = self.clone();
         if len > 0 {
             out.offset = (self.offset as isize + start as isize * self.strides[axis]) as usize;
         }
         out.shape[axis] = len;
-        out.strides[axis] = self.strides[axis] * step as isize;
+        // With at most one element the stride is never used (and `stride * step` could overflow).
+        if len > 1 {
+            out.strides[axis] = self.strides[axis] * step as isize;
+        }
         Ok(out)
     }
 

@@ -1,0 +1,115 @@
+//! GFLOP/s of the CPU hot-path kernels (matmul, conv2d, pooling) on resnet50 / bert-base
+//! shapes, through `kiln_cpu::eval` as eager mode calls them (allocation included).
+//! Run: `cargo bench -p kiln-cpu --bench kernels [-- FILTER]`; prints the median of repeats.
+
+use kiln_cpu::eval;
+use kiln_ir::{Conv2dAttrs, HostTensor, Op, Pool2dAttrs, PoolKind};
+use std::time::{Duration, Instant};
+
+/// A dense f32 tensor of deterministic values in [-1, 1).
+fn tensor(shape: &[usize], seed: u32) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect();
+    HostTensor::from_vec(v, shape).expect("bench shapes are consistent")
+}
+
+/// Median seconds of `op` on `inputs` over repeats (2 warm-ups, then up to 25 runs or ~2 s).
+fn median_secs(op: &Op, inputs: &[&HostTensor]) -> f64 {
+    for _ in 0..2 {
+        eval(op, inputs).expect("bench op runs");
+    }
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 25 && (times.len() < 5 || start.elapsed() < Duration::from_secs(2)) {
+        let t = Instant::now();
+        let out = eval(op, inputs).expect("bench op runs");
+        times.push(t.elapsed().as_secs_f64());
+        drop(out);
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[times.len() / 2]
+}
+
+fn report(name: &str, flops: f64, secs: f64) {
+    println!("{name:<44} {:>9.3} ms {:>8.1} GFLOP/s", secs * 1e3, flops / secs / 1e9);
+}
+
+fn main() {
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    let wanted = |name: &str| filter.as_ref().is_none_or(|f| name.contains(f.as_str()));
+    println!("threads: {}", rayon::current_num_threads());
+
+    let matmuls: [(&str, &[usize], &[usize]); 7] = [
+        ("sgemm 512", &[512, 512], &[512, 512]),
+        ("sgemm 1024", &[1024, 1024], &[1024, 1024]),
+        ("bert qkv/out [128,768]x[768,768]", &[128, 768], &[768, 768]),
+        ("bert ffn1 [128,768]x[768,3072]", &[128, 768], &[768, 3072]),
+        ("bert ffn2 [128,3072]x[3072,768]", &[128, 3072], &[3072, 768]),
+        ("bert scores [12,128,64]x[12,64,128]", &[12, 128, 64], &[12, 64, 128]),
+        ("bert context [12,128,128]x[12,128,64]", &[12, 128, 128], &[12, 128, 64]),
+    ];
+    for (name, sa, sb) in matmuls {
+        if !wanted(name) {
+            continue;
+        }
+        let (a, b) = (tensor(sa, 1), tensor(sb, 2));
+        let (r, rb) = (sa.len(), sb.len());
+        let batch: usize = sa[..r - 2].iter().product();
+        let flops = 2.0 * (batch * sa[r - 2] * sa[r - 1] * sb[rb - 1]) as f64;
+        report(name, flops, median_secs(&Op::MatMul, &[&a, &b]));
+    }
+    // transposed rhs (x @ W^T with W stored [out, in], as nn.Linear keeps it)
+    if wanted("bert ffn1 W^T") {
+        let (a, w) = (tensor(&[128, 768], 1), tensor(&[3072, 768], 2));
+        let wt = w.with_layout(w.layout.permute(&[1, 0]).expect("2-D permute"));
+        report("bert ffn1 W^T (strided rhs)", 2.0 * 128.0 * 768.0 * 3072.0, median_secs(&Op::MatMul, &[&a, &wt]));
+    }
+
+    // (name, C, H=W, O, k, stride, pad, groups)
+    type ConvCase = (&'static str, usize, usize, usize, usize, usize, usize, usize);
+    let convs: [ConvCase; 9] = [
+        ("conv 7x7/2 3->64 @224", 3, 224, 64, 7, 2, 3, 1),
+        ("conv 3x3 64->64 @56", 64, 56, 64, 3, 1, 1, 1),
+        ("conv 1x1 256->64 @56", 256, 56, 64, 1, 1, 0, 1),
+        ("conv 1x1 64->256 @56", 64, 56, 256, 1, 1, 0, 1),
+        ("conv 1x1/2 256->512 @56", 256, 56, 512, 1, 2, 0, 1),
+        ("conv 3x3 128->128 @28", 128, 28, 128, 3, 1, 1, 1),
+        ("conv 3x3 256->256 @14", 256, 14, 256, 3, 1, 1, 1),
+        ("conv 3x3 512->512 @7", 512, 7, 512, 3, 1, 1, 1),
+        ("conv dw 3x3 32 @112", 32, 112, 32, 3, 1, 1, 32),
+    ];
+    for (name, c, hw, o, k, s, p, g) in convs {
+        if !wanted(name) {
+            continue;
+        }
+        let x = tensor(&[1, c, hw, hw], 3);
+        let w = tensor(&[o, c / g, k, k], 4);
+        let bias = tensor(&[o], 5);
+        let a = Conv2dAttrs { stride: [s, s], padding: [p; 4], dilation: [1, 1], groups: g };
+        let out = (hw + 2 * p - k) / s + 1;
+        let flops = 2.0 * (o * out * out * (c / g) * k * k) as f64;
+        report(name, flops, median_secs(&Op::Conv2d(a), &[&x, &w, &bias]));
+    }
+
+    if wanted("maxpool") {
+        let x = tensor(&[1, 64, 112, 112], 6);
+        let p = Pool2dAttrs {
+            kind: PoolKind::Max,
+            kernel: [3, 3],
+            stride: [2, 2],
+            padding: [1; 4],
+            dilation: [1, 1],
+            ceil_mode: false,
+        };
+        // comparisons per output, counted as "flops" for a comparable rate
+        report("maxpool 3x3/2 64@112", (64 * 56 * 56 * 9) as f64, median_secs(&Op::Pool2d(p), &[&x]));
+    }
+}
