@@ -176,7 +176,8 @@ impl Layout {
     }
 
     /// A view of the same elements with a new shape, when the strides allow it without a copy
-    /// (always for contiguous layouts); `None` when a copy is needed.
+    /// (always for contiguous layouts, and for non-contiguous ones as PyTorch's `view` allows);
+    /// `None` when a copy is needed.
     pub fn reshape(&self, shape: &[usize]) -> Option<Layout> {
         if shape.iter().product::<usize>() != self.numel() {
             return None;
@@ -188,8 +189,46 @@ impl Layout {
                 offset: self.offset,
             });
         }
-        None
+        let strides = view_strides(&self.shape, &self.strides, shape)?;
+        Some(Layout { shape: shape.to_vec(), strides, offset: self.offset })
     }
+}
+
+/// Strides that view a non-contiguous layout under `new_shape` without a copy, when they exist
+/// (as PyTorch's `view`): the old axes are cut into chunks that are contiguous among themselves,
+/// and each chunk must be covered by whole new axes. Adding or removing size-1 axes, and merging or
+/// splitting axes within a chunk, always works. The element count is already known to match.
+fn view_strides(old_shape: &[usize], old_strides: &[isize], new_shape: &[usize]) -> Option<Vec<isize>> {
+    let mut new_strides = vec![0isize; new_shape.len()];
+    if old_shape.is_empty() {
+        // A scalar: every new axis has size 1, any stride addresses the one element.
+        return Some(new_strides);
+    }
+    let mut view_d = new_shape.len() as isize - 1;
+    let mut chunk_base_stride = *old_strides.last()?;
+    let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
+    for tensor_d in (0..old_shape.len()).rev() {
+        tensor_numel *= old_shape[tensor_d];
+        let chunk_ends = tensor_d == 0
+            || (old_shape[tensor_d - 1] != 1
+                && old_strides[tensor_d - 1] != tensor_numel as isize * chunk_base_stride);
+        if chunk_ends {
+            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
+                new_strides[view_d as usize] = view_numel as isize * chunk_base_stride;
+                view_numel *= new_shape[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if tensor_d > 0 {
+                chunk_base_stride = old_strides[tensor_d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(new_strides)
 }
 
 /// Checks that `perm` is a permutation of `0..rank`.
