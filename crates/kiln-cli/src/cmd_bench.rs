@@ -1,0 +1,248 @@
+//! `kiln bench`: times eager forward passes of zoo models and reports latency percentiles,
+//! kernels dispatched per forward and the peak heap a forward needs.
+
+use std::io::Write;
+use std::time::Instant;
+
+use kiln::zoo::Model;
+use kiln::Tensor;
+use serde::Serialize;
+
+use crate::alloc_counter;
+use crate::args::{BenchArgs, DeviceArg, ModeArg};
+use crate::exit::{CliError, CliResult};
+use crate::model_setup;
+use crate::progress;
+use crate::stats;
+
+/// One benchmark result; with `--json` it is printed as one JSON object per line.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRecord {
+    /// Zoo model name.
+    pub model: String,
+    /// Batch size.
+    pub batch: usize,
+    /// Sequence length, for models that take token ids (absent for vision models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<usize>,
+    /// `cpu` or `cuda`.
+    pub device: &'static str,
+    /// Execution mode name.
+    pub mode: &'static str,
+    /// Float dtype of weights and activations.
+    pub dtype: String,
+    /// Worker threads in the pool.
+    pub threads: usize,
+    /// Timed forward passes.
+    pub iters: u64,
+    /// Untimed forward passes between the first call and timing.
+    pub warmup: u64,
+    /// Trainable parameters.
+    pub params: usize,
+    /// Seconds to build the model (weights).
+    pub build_s: f64,
+    /// Seconds of the first forward pass (includes any one-time work).
+    pub first_call_s: f64,
+    /// Median of the timed passes, in milliseconds.
+    pub median_ms: f64,
+    /// 10th percentile of the timed passes, in milliseconds.
+    pub p10_ms: f64,
+    /// 90th percentile of the timed passes, in milliseconds.
+    pub p90_ms: f64,
+    /// Ops dispatched per forward pass (one kernel each in eager mode).
+    pub kernels: u64,
+    /// Most heap memory a timed forward pass allocated beyond what was live before it, in MB (10^6 bytes).
+    pub peak_mb: f64,
+}
+
+/// What one forward pass cost.
+struct Pass {
+    secs: f64,
+    kernels: u64,
+    peak_bytes: usize,
+}
+
+/// Runs one forward pass and measures its time, dispatched ops and peak extra heap.
+fn measured_forward(model: &dyn Model, inputs: &[Tensor]) -> CliResult<Pass> {
+    let ops_before = kiln::dispatch::op_count();
+    let base = alloc_counter::reset_peak();
+    let start = Instant::now();
+    let outputs = model.forward(inputs)?;
+    let secs = start.elapsed().as_secs_f64();
+    let peak_bytes = alloc_counter::peak_bytes().saturating_sub(base);
+    let kernels = kiln::dispatch::op_count() - ops_before;
+    drop(outputs);
+    Ok(Pass { secs, kernels, peak_bytes })
+}
+
+/// Refuses, with exit code 2, what needs parts of kiln that are not built yet.
+fn check_supported(device: DeviceArg, mode: ModeArg) -> CliResult<()> {
+    if device == DeviceArg::Cuda {
+        return Err(CliError::NotBuilt(
+            "the CUDA backend is not built yet; run `kiln doctor` to see what this machine offers"
+                .into(),
+        ));
+    }
+    if mode != ModeArg::Eager {
+        return Err(CliError::NotBuilt(format!(
+            "mode '{}' needs the compiler, which is not built yet (tracked in the compiler issue); use --mode eager",
+            mode.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Benches one model.
+fn bench_model(name: &str, args: &BenchArgs, threads: usize) -> CliResult<BenchRecord> {
+    let (model, build_s) = model_setup::build(name, &args.model_args)?;
+    let inputs = model.example_inputs(args.model_args.seed)?;
+    // Models fed token ids (integer inputs) are the ones a sequence length applies to.
+    let takes_tokens = model.inputs().iter().any(|s| s.dtype.is_int());
+
+    let bar = progress::bar(1 + args.warmup + args.iters, format!("bench {name}"));
+    let first = measured_forward(model.as_ref(), &inputs)?;
+    bar.inc(1);
+    for _ in 0..args.warmup {
+        measured_forward(model.as_ref(), &inputs)?;
+        bar.inc(1);
+    }
+    let mut times_ms = Vec::with_capacity(args.iters as usize);
+    let mut peak_bytes = 0;
+    for _ in 0..args.iters {
+        let pass = measured_forward(model.as_ref(), &inputs)?;
+        if pass.kernels != first.kernels {
+            tracing::warn!(first = first.kernels, now = pass.kernels, "kernels per forward changed between passes");
+        }
+        times_ms.push(pass.secs * 1e3);
+        peak_bytes = peak_bytes.max(pass.peak_bytes);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    // iters >= 1 is enforced by clap, so there is always a sample; say so if that ever changes.
+    let summary = stats::summarize(&times_ms)
+        .ok_or_else(|| CliError::Failed("bench needs --iters of at least 1".into()))?;
+
+    Ok(BenchRecord {
+        model: model.name().to_string(),
+        batch: args.model_args.batch as usize,
+        seq: takes_tokens.then_some(args.model_args.seq as usize),
+        device: args.device.name(),
+        mode: args.mode.name(),
+        dtype: args.model_args.dtype.dtype().name().to_string(),
+        threads,
+        iters: args.iters,
+        warmup: args.warmup,
+        params: model.num_parameters(),
+        build_s,
+        first_call_s: first.secs,
+        median_ms: summary.median,
+        p10_ms: summary.p10,
+        p90_ms: summary.p90,
+        kernels: first.kernels,
+        peak_mb: peak_bytes as f64 / 1e6,
+    })
+}
+
+/// The readable table of results.
+fn table(records: &[BenchRecord]) -> String {
+    let mut out = format!(
+        "{:<12} {:>5} {:>5} {:<6} {:<6} {:>7} {:>9} {:>10} {:>11} {:>10} {:>10} {:>8} {:>9}\n",
+        "model", "batch", "seq", "dtype", "mode", "threads", "params_M", "first_s", "median_ms",
+        "p10_ms", "p90_ms", "kernels", "peak_MB"
+    );
+    for r in records {
+        let seq = r.seq.map_or_else(|| "-".to_string(), |s| s.to_string());
+        out += &format!(
+            "{:<12} {:>5} {:>5} {:<6} {:<6} {:>7} {:>9.2} {:>10.3} {:>11.3} {:>10.3} {:>10.3} {:>8} {:>9.1}\n",
+            r.model, r.batch, seq, r.dtype, r.mode, r.threads, r.params as f64 / 1e6,
+            r.first_call_s, r.median_ms, r.p10_ms, r.p90_ms, r.kernels, r.peak_mb
+        );
+    }
+    out
+}
+
+/// Runs the command.
+pub fn bench(args: &BenchArgs) -> CliResult<()> {
+    check_supported(args.device, args.mode)?;
+    let threads = model_setup::init_threads(args.model_args.threads)?;
+    let mut records = Vec::new();
+    for name in &args.models {
+        let record = bench_model(name, args, threads)?;
+        if args.json {
+            let line = serde_json::to_string(&record)
+                .map_err(|e| CliError::Failed(format!("cannot encode bench result as JSON: {e}")))?;
+            println!("{line}");
+            // Lets a reader of the pipe see each model's line as soon as it is done.
+            let _ = std::io::stdout().flush();
+        }
+        records.push(record);
+    }
+    if !args.json {
+        print!("{}", table(&records));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln::DType;
+
+    fn record() -> BenchRecord {
+        BenchRecord {
+            model: "resnet18".into(),
+            batch: 1,
+            seq: None,
+            device: "cpu",
+            mode: "eager",
+            dtype: DType::F32.name().into(),
+            threads: 2,
+            iters: 3,
+            warmup: 1,
+            params: 11_689_512,
+            build_s: 0.5,
+            first_call_s: 0.25,
+            median_ms: 12.5,
+            p10_ms: 11.0,
+            p90_ms: 14.0,
+            kernels: 140,
+            peak_mb: 30.0,
+        }
+    }
+
+    #[test]
+    fn unbuilt_modes_and_devices_exit_2_with_the_documented_message() {
+        let e = check_supported(DeviceArg::Cpu, ModeArg::Default).unwrap_err();
+        assert_eq!(e.code(), 2);
+        assert_eq!(
+            e.to_string(),
+            "mode 'default' needs the compiler, which is not built yet (tracked in the compiler issue); use --mode eager"
+        );
+        let e = check_supported(DeviceArg::Cuda, ModeArg::Eager).unwrap_err();
+        assert_eq!(e.code(), 2);
+        assert!(e.to_string().contains("kiln doctor"));
+        assert!(check_supported(DeviceArg::Cpu, ModeArg::Eager).is_ok());
+    }
+
+    #[test]
+    fn json_has_the_documented_fields_and_omits_seq_for_vision() {
+        let v: serde_json::Value = serde_json::to_value(record()).unwrap();
+        for key in ["model", "batch", "device", "mode", "dtype", "first_call_s", "median_ms",
+            "p10_ms", "p90_ms", "iters", "threads", "params", "kernels", "peak_mb"] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        assert!(v.get("seq").is_none());
+        let v = serde_json::to_value(BenchRecord { seq: Some(128), ..record() }).unwrap();
+        assert_eq!(v["seq"], 128);
+    }
+
+    #[test]
+    fn table_has_a_header_and_one_row_per_record() {
+        let t = table(&[record(), BenchRecord { model: "gpt2".into(), seq: Some(64), ..record() }]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].contains("median_ms"));
+        assert!(lines[1].starts_with("resnet18") && lines[1].contains("12.500"));
+        assert!(lines[2].starts_with("gpt2") && lines[2].contains(" 64 "));
+    }
+}

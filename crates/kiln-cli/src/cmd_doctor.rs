@@ -1,0 +1,344 @@
+//! `kiln doctor`: what this machine offers kiln — CPU and SIMD features, cores, memory, a working
+//! C compiler for generated CPU code, the GPU and each CUDA library — and what to do about what
+//! is missing. It only reports, so it always exits 0.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Prints the report.
+pub fn doctor() {
+    println!("kiln doctor (kiln {})", env!("CARGO_PKG_VERSION"));
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = parse_cpuinfo(&cpuinfo);
+    line("cpu", cpu.model.as_deref().unwrap_or("unknown (no model name in /proc/cpuinfo)"));
+    line("simd", &simd_report(&cpu.flags));
+    let logical = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let physical = cpu.physical_cores.map_or_else(|| "unknown".to_string(), |n| n.to_string());
+    line("cores", &format!("{logical} logical (available to this process), {physical} physical"));
+    line("rayon", &format!("{} worker threads (set with --threads or RAYON_NUM_THREADS)", rayon::current_num_threads()));
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    line("memory", &memory_report(&meminfo));
+    for (label, text) in c_compiler_report() {
+        line(&label, &text);
+    }
+    line("gpu driver", &gpu_driver_report());
+    line("nvidia-smi", &nvidia_smi_report());
+    println!("cuda libraries:");
+    let dirs = library_dirs(std::env::var("LD_LIBRARY_PATH").ok().as_deref());
+    let ldconfig = run_capture("ldconfig", &["-p"]).unwrap_or_default();
+    for (lib, hint) in CUDA_LIBS {
+        match find_library(lib, &dirs, &ldconfig) {
+            Some(p) => println!("  {lib:<20} found at {}", p.display()),
+            None => println!("  {lib:<20} missing — {hint}"),
+        }
+    }
+}
+
+fn line(label: &str, value: &str) {
+    println!("{:<12}{value}", format!("{label}:"));
+}
+
+/// What /proc/cpuinfo says about the CPU.
+#[derive(Debug, Default, PartialEq)]
+struct CpuInfo {
+    model: Option<String>,
+    physical_cores: Option<usize>,
+    flags: BTreeSet<String>,
+}
+
+/// Reads the model name, the flags of the first processor and the number of distinct
+/// (physical id, core id) pairs, which is the physical core count.
+fn parse_cpuinfo(text: &str) -> CpuInfo {
+    let mut info = CpuInfo::default();
+    let mut cores = BTreeSet::new();
+    let mut package = None;
+    for l in text.lines() {
+        let Some((key, value)) = l.split_once(':') else { continue };
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "model name" if info.model.is_none() => info.model = Some(value.to_string()),
+            "flags" if info.flags.is_empty() => {
+                info.flags = value.split_whitespace().map(str::to_string).collect();
+            }
+            "physical id" => package = Some(value.to_string()),
+            "core id" => {
+                cores.insert((package.clone(), value.to_string()));
+            }
+            _ => {}
+        }
+    }
+    info.physical_cores = (!cores.is_empty()).then_some(cores.len());
+    info
+}
+
+/// The SIMD features kiln's kernels and generated C code can use, present and missing.
+fn simd_report(cpuinfo_flags: &BTreeSet<String>) -> String {
+    let mut have: Vec<&str> = Vec::new();
+    let mut lack: Vec<&str> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        let detected = [
+            ("sse4.2", is_x86_feature_detected!("sse4.2")),
+            ("avx", is_x86_feature_detected!("avx")),
+            ("avx2", is_x86_feature_detected!("avx2")),
+            ("fma", is_x86_feature_detected!("fma")),
+            ("f16c", is_x86_feature_detected!("f16c")),
+            ("avx512f", is_x86_feature_detected!("avx512f")),
+            ("avx512bw", is_x86_feature_detected!("avx512bw")),
+            ("avx512vl", is_x86_feature_detected!("avx512vl")),
+            ("avx512vnni", is_x86_feature_detected!("avx512vnni")),
+            ("avx512bf16", is_x86_feature_detected!("avx512bf16")),
+            ("avx512fp16", is_x86_feature_detected!("avx512fp16")),
+        ];
+        for (name, ok) in detected {
+            if ok { have.push(name) } else { lack.push(name) }
+        }
+    }
+    // AMX detection is still unstable in std, so it comes from the kernel's flags.
+    for (name, flag) in [("amx-tile", "amx_tile"), ("amx-bf16", "amx_bf16"), ("amx-int8", "amx_int8")] {
+        if cpuinfo_flags.contains(flag) { have.push(name) } else { lack.push(name) }
+    }
+    let mut out = if have.is_empty() { "none detected".to_string() } else { have.join(" ") };
+    if !lack.is_empty() {
+        out += &format!(" (not available: {})", lack.join(" "));
+    }
+    out
+}
+
+/// Total and available memory from /proc/meminfo.
+fn memory_report(meminfo: &str) -> String {
+    let kib = |key: &str| {
+        meminfo.lines().find_map(|l| {
+            let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        })
+    };
+    let gib = |k: u64| k as f64 / (1024.0 * 1024.0);
+    match (kib("MemTotal"), kib("MemAvailable")) {
+        (Some(t), Some(a)) => format!("{:.1} GiB total, {:.1} GiB available", gib(t), gib(a)),
+        (Some(t), None) => format!("{:.1} GiB total", gib(t)),
+        _ => "unknown (no /proc/meminfo)".to_string(),
+    }
+}
+
+/// Runs a program and returns its stdout when it exits successfully.
+fn run_capture(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+const OPENMP_PROBE: &str = r#"#include <omp.h>
+#include <stdio.h>
+int main(void) {
+    int n = 0;
+    #pragma omp parallel
+    {
+        #pragma omp atomic
+        n++;
+    }
+    printf("%d\n", n);
+    return 0;
+}
+"#;
+
+/// Each C compiler's version, and whether the flags of kiln's CPU code generator
+/// (`-O3 -march=native -fopenmp`) compile and run an OpenMP program.
+fn c_compiler_report() -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    let mut usable = None;
+    for cc in ["cc", "gcc"] {
+        match run_capture(cc, &["--version"]) {
+            Some(v) => {
+                lines.push((cc.to_string(), v.lines().next().unwrap_or("").trim().to_string()));
+                usable.get_or_insert(cc);
+            }
+            None => lines.push((cc.to_string(), "not found — install gcc (apt-get install gcc)".into())),
+        }
+    }
+    let probe = match usable {
+        Some(cc) => match openmp_probe(cc) {
+            Ok(threads) => format!("{cc} -O3 -march=native -fopenmp: ok, OpenMP ran {threads} threads"),
+            Err(why) => format!("{cc} -O3 -march=native -fopenmp: FAILED — {why}"),
+        },
+        None => "no C compiler: compiled CPU mode will not work; install gcc".into(),
+    };
+    lines.push(("openmp".into(), probe));
+    lines
+}
+
+/// Compiles and runs [`OPENMP_PROBE`] in a fresh temp dir; returns the thread count it printed.
+fn openmp_probe(cc: &str) -> Result<String, String> {
+    let dir = std::env::temp_dir().join(format!("kiln-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let result = (|| {
+        let src = dir.join("probe.c");
+        let exe = dir.join("probe");
+        std::fs::write(&src, OPENMP_PROBE).map_err(|e| format!("cannot write {}: {e}", src.display()))?;
+        let out = Command::new(cc)
+            .args(["-O3", "-march=native", "-fopenmp"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .map_err(|e| format!("cannot run {cc}: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("compile error: {}", err.lines().next().unwrap_or("").trim()));
+        }
+        let out = Command::new(&exe).output().map_err(|e| format!("cannot run the probe: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("the probe exited with {}", out.status));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn gpu_driver_report() -> String {
+    match std::fs::read_to_string("/proc/driver/nvidia/version") {
+        Ok(v) => v.lines().next().unwrap_or("").trim().to_string(),
+        Err(_) => "no NVIDIA driver loaded (/proc/driver/nvidia/version missing); CPU only".into(),
+    }
+}
+
+fn nvidia_smi_report() -> String {
+    let out = Command::new("nvidia-smi")
+        .args(["--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"])
+        .output();
+    match out {
+        Err(_) => "not found".into(),
+        Ok(o) if !o.status.success() => {
+            format!("failed: {}", String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim())
+        }
+        Ok(o) => {
+            let gpus: Vec<String> = String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .enumerate()
+                .map(|(i, l)| format!("GPU {i}: {}", l.trim()))
+                .collect();
+            if gpus.is_empty() { "no GPUs listed".into() } else { gpus.join("; ") }
+        }
+    }
+}
+
+/// The CUDA libraries kiln's GPU backend loads, and what to do when one is missing.
+const CUDA_LIBS: [(&str, &str); 7] = [
+    ("libcuda.so.1", "install the NVIDIA driver (580 or newer for CUDA 13); it ships libcuda"),
+    ("libnvrtc.so", "install the CUDA 13 toolkit (NVRTC), or add its lib64 to LD_LIBRARY_PATH"),
+    ("libcublas.so", "install the CUDA 13 toolkit (cuBLAS), or add its lib64 to LD_LIBRARY_PATH"),
+    ("libcublasLt.so", "install the CUDA 13 toolkit (cuBLASLt), or add its lib64 to LD_LIBRARY_PATH"),
+    ("libcudnn.so", "install cuDNN 9 for CUDA 13"),
+    ("libnccl.so", "install NCCL 2 (needed only for several GPUs)"),
+    ("libnvidia-ml.so.1", "install the NVIDIA driver; it ships NVML"),
+];
+
+/// Directories the dynamic loader searches, LD_LIBRARY_PATH first, as kiln's loader would.
+fn library_dirs(ld_library_path: Option<&str>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = ld_library_path
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    for d in [
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/local/nvidia/lib64",
+    ] {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs
+}
+
+/// True when `file` is `lib` itself or a versioned name of it (`libcublas.so.13`).
+fn names_library(file: &str, lib: &str) -> bool {
+    file.strip_prefix(lib).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+/// Where `lib` is: the first of `dirs` holding it, else the `ldconfig -p` cache.
+fn find_library(lib: &str, dirs: &[PathBuf], ldconfig: &str) -> Option<PathBuf> {
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| names_library(n, lib))
+            .collect();
+        // The shortest name is the loader's own (libcuda.so.1 rather than libcuda.so.1.580.65).
+        names.sort_by_key(|n| (n.len(), n.clone()));
+        if let Some(n) = names.first() {
+            return Some(dir.join(n));
+        }
+    }
+    // `ldconfig -p` lines read "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/.../libcuda.so.1".
+    ldconfig.lines().find_map(|l| {
+        let (name, rest) = l.trim().split_once(' ')?;
+        let path = rest.split_once("=>")?.1.trim();
+        names_library(name, lib).then(|| Path::new(path).to_path_buf())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpuinfo_counts_distinct_physical_cores_across_packages() {
+        let text = "processor\t: 0\nmodel name\t: Test CPU @ 2GHz\nflags\t\t: fpu avx2 amx_tile\nphysical id\t: 0\ncore id\t\t: 0\n\n\
+                    processor\t: 1\nmodel name\t: Test CPU @ 2GHz\nflags\t\t: fpu\nphysical id\t: 0\ncore id\t\t: 0\n\n\
+                    processor\t: 2\nphysical id\t: 1\ncore id\t\t: 0\n";
+        let info = parse_cpuinfo(text);
+        assert_eq!(info.model.as_deref(), Some("Test CPU @ 2GHz"));
+        assert_eq!(info.physical_cores, Some(2));
+        assert!(info.flags.contains("amx_tile") && info.flags.contains("avx2"));
+        assert_eq!(parse_cpuinfo("").physical_cores, None);
+    }
+
+    #[test]
+    fn amx_comes_from_cpuinfo_flags() {
+        let flags: BTreeSet<String> = ["amx_bf16".to_string()].into();
+        let r = simd_report(&flags);
+        let (have, lack) = r.split_once("(not available").unwrap();
+        assert!(have.contains("amx-bf16"));
+        assert!(lack.contains("amx-tile") && lack.contains("amx-int8"));
+    }
+
+    #[test]
+    fn memory_in_gib() {
+        let m = "MemTotal:       25165824 kB\nMemFree: 1 kB\nMemAvailable:   12582912 kB\n";
+        assert_eq!(memory_report(m), "24.0 GiB total, 12.0 GiB available");
+        assert_eq!(memory_report(""), "unknown (no /proc/meminfo)");
+    }
+
+    #[test]
+    fn library_names_match_versions_but_not_siblings() {
+        assert!(names_library("libcublas.so", "libcublas.so"));
+        assert!(names_library("libcublas.so.13", "libcublas.so"));
+        assert!(!names_library("libcublasLt.so.13", "libcublas.so"));
+        assert!(!names_library("libcuda.so", "libcuda.so.1"));
+    }
+
+    #[test]
+    fn finds_libraries_in_dirs_first_then_ldconfig() {
+        let dir = std::env::temp_dir().join(format!("kiln-doctor-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("libnccl.so.2.28.3"), b"").unwrap();
+        std::fs::write(dir.join("libnccl.so.2"), b"").unwrap();
+        let ldconfig = "123 libs found in cache\n\tlibcudnn.so.9 (libc6,x86-64) => /opt/cudnn/libcudnn.so.9\n";
+        let dirs = vec![PathBuf::from("/nonexistent"), dir.clone()];
+        assert_eq!(find_library("libnccl.so", &dirs, ldconfig), Some(dir.join("libnccl.so.2")));
+        assert_eq!(find_library("libcudnn.so", &dirs, ldconfig), Some(PathBuf::from("/opt/cudnn/libcudnn.so.9")));
+        assert_eq!(find_library("libnvrtc.so", &dirs, ldconfig), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ld_library_path_comes_first_and_skips_empty_entries() {
+        let dirs = library_dirs(Some("/a::/b"));
+        assert_eq!(dirs[..2], [PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert!(dirs.contains(&PathBuf::from("/usr/local/cuda/lib64")));
+    }
+}

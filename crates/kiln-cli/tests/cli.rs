@@ -1,0 +1,188 @@
+//! End-to-end tests of the built `kiln` binary: output, exit codes and error messages.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .env_remove("KILN_LOG")
+        .output()
+        .expect("the kiln binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A scratch path unique to this test process.
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("kiln-cli-test-{}-{name}", std::process::id()))
+}
+
+/// Bad input must end in one `error:` line and exit 1, never a panic.
+fn assert_clean_failure(o: &Output, code: i32) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
+    assert!(err.starts_with("error:"), "stderr: {err}");
+    assert!(!err.contains("panicked"), "stderr: {err}");
+    err
+}
+
+#[test]
+fn run_resnet18_prints_output_shape_and_finite_checksum() {
+    let o = kiln(&["run", "resnet18"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {}", stderr(&o));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("output 0:"))
+        .unwrap_or_else(|| panic!("no output line in {out}"));
+    assert!(line.contains("shape [1, 1000]"), "{line}");
+    let abs_sum: f64 = line
+        .split_whitespace()
+        .skip_while(|w| *w != "abs_sum")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no abs_sum in {line}"));
+    assert!(abs_sum.is_finite() && abs_sum > 0.0, "{line}");
+    assert!(out.contains("forward:"), "{out}");
+}
+
+#[test]
+fn bench_json_has_the_fields_and_sane_values_with_logs_on_stderr_only() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "resnet18", "--iters", "2", "--warmup", "0", "--threads", "1", "--json"])
+        .env("KILN_LOG", "debug")
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {}", stderr(&o));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON line per model: {out}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).expect("stdout is JSON");
+    assert_eq!(v["model"], "resnet18");
+    assert_eq!(v["batch"], 1);
+    assert_eq!(v["device"], "cpu");
+    assert_eq!(v["mode"], "eager");
+    assert_eq!(v["dtype"], "f32");
+    assert_eq!(v["iters"], 2);
+    assert_eq!(v["threads"], 1);
+    let num = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} missing or not a number in {v}"));
+    // Eager mode dispatches one kernel per op: exactly the op nodes of the traced forward, and
+    // at least one per conv (20), batch norm (20), relu (17), residual add (8), the two pools and
+    // the classifier of a torchvision-style ResNet-18.
+    assert_eq!(num("kernels"), traced_op_count("resnet18") as f64, "{v}");
+    assert!(num("kernels") >= 68.0, "{v}");
+    assert!(num("median_ms") > 0.0, "{v}");
+    assert!(num("first_call_s") > 0.0, "{v}");
+    assert!(num("p10_ms") <= num("median_ms") && num("median_ms") <= num("p90_ms"), "{v}");
+    // ResNet-18 has 11.7 M parameters; a forward needs at least its output and some activations.
+    assert!((11.0e6..12.5e6).contains(&num("params")), "{v}");
+    assert!(num("peak_mb") > 0.0 && num("peak_mb") < 4000.0, "{v}");
+}
+
+/// Op nodes (not inputs or constants) in the traced forward pass of a zoo model at batch 1.
+fn traced_op_count(name: &str) -> usize {
+    let model = kiln::zoo::build(name, &kiln::zoo::ModelConfig::default()).unwrap();
+    let graph = kiln::zoo::trace_model(model.as_ref()).unwrap();
+    graph
+        .nodes
+        .iter()
+        .filter(|n| !matches!(n.op, kiln_ir::Op::Input { .. } | kiln_ir::Op::Constant(_)))
+        .count()
+}
+
+#[test]
+fn unknown_model_exits_1_and_lists_the_zoo() {
+    for cmd in ["run", "bench"] {
+        let o = kiln(&[cmd, "resnet-9000"]);
+        let err = assert_clean_failure(&o, 1);
+        for name in kiln::zoo::NAMES {
+            assert!(err.contains(name), "{cmd}: {err} does not list {name}");
+        }
+    }
+}
+
+#[test]
+fn compiler_modes_and_cuda_exit_2_with_the_message() {
+    let o = kiln(&["bench", "resnet18", "--mode", "default"]);
+    let err = assert_clean_failure(&o, 2);
+    assert!(
+        err.contains("mode 'default' needs the compiler, which is not built yet (tracked in the compiler issue); use --mode eager"),
+        "{err}"
+    );
+    let o = kiln(&["bench", "resnet18", "--mode", "max-autotune", "--json"]);
+    assert!(assert_clean_failure(&o, 2).contains("mode 'max-autotune'"));
+    assert!(o.stdout.is_empty());
+    let o = kiln(&["bench", "resnet18", "--device", "cuda"]);
+    let err = assert_clean_failure(&o, 2);
+    assert!(err.contains("the CUDA backend is not built yet; run `kiln doctor`"), "{err}");
+}
+
+#[test]
+fn invalid_flag_values_are_usage_errors() {
+    for args in [
+        &["bench", "resnet18", "--iters", "0"][..],
+        &["bench", "resnet18", "--mode", "turbo"],
+        &["bench", "resnet18", "--dtype", "i8"],
+        &["bench", "resnet18", "--device", "tpu"],
+        &["run", "resnet18", "--batch", "-1"],
+        &["frobnicate"],
+    ] {
+        let o = kiln(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("error:"), "{args:?}");
+    }
+}
+
+#[test]
+fn doctor_exits_0_and_reports_cpu_and_every_cuda_library() {
+    let o = kiln(&["doctor"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    let cpu = out.lines().find(|l| l.starts_with("cpu:")).unwrap_or_else(|| panic!("no cpu line: {out}"));
+    assert!(cpu.len() > "cpu:".len() + 1, "{cpu}");
+    for key in ["simd:", "cores:", "memory:", "openmp:", "gpu driver:", "nvidia-smi:"] {
+        assert!(out.lines().any(|l| l.starts_with(key)), "no {key} line: {out}");
+    }
+    for lib in ["libcuda.so.1", "libnvrtc.so", "libcublas.so", "libcublasLt.so", "libcudnn.so", "libnccl.so", "libnvidia-ml.so.1"] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{lib} ")))
+            .unwrap_or_else(|| panic!("no {lib} line: {out}"));
+        assert!(line.contains("found at /") || line.contains("missing — "), "{line}");
+    }
+}
+
+#[test]
+fn missing_weights_file_is_a_clear_error() {
+    let o = kiln(&["run", "resnet18", "--weights", "missing.safetensors"]);
+    let err = assert_clean_failure(&o, 1);
+    assert!(err.contains("missing.safetensors"), "{err}");
+}
+
+#[test]
+fn corrupt_weights_file_is_a_clear_error() {
+    let path = scratch("corrupt.safetensors");
+    std::fs::write(&path, b"\xff\xff\xff\xff not a safetensors file").unwrap();
+    let o = kiln(&["run", "resnet18", "--weights", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).unwrap();
+    assert_clean_failure(&o, 1);
+}
+
+#[test]
+fn weights_file_without_the_model_keys_names_a_missing_key() {
+    let path = scratch("wrong-keys.safetensors");
+    let t = kiln::Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+    kiln::nn::save_safetensors(&path, &[("not_a_resnet_weight".to_string(), t)]).unwrap();
+    let o = kiln(&["bench", "resnet18", "--iters", "1", "--weights", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).unwrap();
+    let err = assert_clean_failure(&o, 1);
+    // ResNet's first parameter is the stem convolution, named as in torchvision.
+    assert!(err.contains("conv1.weight") || err.contains("weight"), "{err}");
+}
