@@ -69,8 +69,8 @@ const LANES: usize = 16;
 /// Elements (or, in the column loop, rows) folded in the fast lane type before the partial
 /// result is merged into the wide accumulator: short enough that f32 partial sums stay
 /// accurate, long enough that the merge costs nothing.
-const FLUSH: usize = 1024;
-const FLUSH_ROWS: usize = 128;
+const FLUSH: usize = 256;
+const FLUSH_ROWS: usize = 32;
 /// Output elements per accumulator block in the column loop (kept in L1).
 const COL_BLOCK: usize = 512;
 /// The column loop pays off once the contiguous kept run is at least this long.
@@ -484,7 +484,7 @@ fn check_out(shape: &[usize], n_out: usize, x: &HostTensor, name: &str) -> Resul
     Ok(())
 }
 
-fn arg_t<T: Element>(
+fn arg_t<T: RElem>(
     x: &HostTensor,
     axis: usize,
     is_max: bool,
@@ -542,6 +542,10 @@ fn arg_t<T: Element>(
         let bases = plan.offsets(&plan.kept);
         par_chunks(&mut out, len, |start, chunk| {
             for (d, &base) in chunk.iter_mut().zip(&bases[start..]) {
+                if s == 1 {
+                    *d = arg_contiguous(&xs[base..base + len], is_max, select_last);
+                    continue;
+                }
                 let mut best = xs[base];
                 for j in 1..len {
                     let v = xs[at(base, j, s)];
@@ -554,4 +558,21 @@ fn arg_t<T: Element>(
         });
     }
     HostTensor::from_vec(out, shape)
+}
+
+/// Arg-extreme of a contiguous row in two vector-friendly passes: the extreme itself (NaN
+/// sticks, as in reduce), then the first (or last) element equal to it.
+fn arg_contiguous<T: RElem>(row: &[T], is_max: bool, select_last: bool) -> i64 {
+    let ext = if is_max {
+        fold_run(Extreme::<true>, row, 0, row.len(), 1)
+    } else {
+        fold_run(Extreme::<false>, row, 0, row.len(), 1)
+    };
+    #[allow(clippy::eq_op)]
+    let hit = |&v: &T| {
+        let w = T::widen(v.fast());
+        w == ext || (ext != ext && w != w)
+    };
+    let pos = if select_last { row.iter().rposition(hit) } else { row.iter().position(hit) };
+    pos.unwrap_or(0) as i64
 }
