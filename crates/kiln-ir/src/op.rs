@@ -164,6 +164,8 @@ impl BinaryOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
     Sum,
+    /// Floats: the sum over the count (accumulated in at least f32). Integers: truncated toward
+    /// zero; an empty integer mean is 0.
     Mean,
     Max,
     Min,
