@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kiln::DType;
 
-/// kiln: a deep-learning compiler and runtime. Runs, benchmarks and checks models from its zoo.
+/// kiln: a deep-learning compiler and runtime. Runs, benchmarks and checks models from its zoo
+/// and ONNX files.
 #[derive(Debug, Parser)]
 #[command(name = "kiln", version, about, long_about = None)]
 pub struct Cli {
@@ -17,21 +18,42 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Build a zoo model, run one eager forward pass and print each output's shape and checksum.
+    /// Build a zoo model (or load a .onnx file), run one eager forward pass and print each
+    /// output's shape and checksum.
     Run(RunArgs),
-    /// Time forward passes of one or more zoo models (table, or one JSON object per line).
+    /// Time forward passes of one or more zoo models or .onnx files (table, or one JSON object per line).
     Bench(BenchArgs),
+    /// Describe a .onnx file: producer, opsets, inputs, outputs, ops, parameters, unsupported ops.
+    Inspect(InspectArgs),
     /// Show what this machine offers: CPU and SIMD, cores, memory, C compiler, GPU, CUDA libraries.
     Doctor,
+    /// Run ONNX backend test cases (folders with model.onnx and test_data_set_*) and compare outputs.
+    OnnxTest(OnnxTestArgs),
+}
+
+/// Arguments of `kiln onnx-test`.
+#[derive(Debug, Args)]
+pub struct OnnxTestArgs {
+    /// A case folder, or a folder searched for case folders (e.g. from scripts/onnx-cases.sh).
+    pub dir: PathBuf,
+    /// Only cases whose name contains this text.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Write one JSON object per case (case, kind, op, status, message) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Print every case, not only the ones that did not pass.
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 /// Which model to build and how; shared by `run` and `bench`.
 #[derive(Debug, Args, Clone)]
 pub struct ModelArgs {
-    /// Batch size of the example inputs.
+    /// Batch size of the example inputs (ONNX: size of batch-like symbolic dims).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub batch: u64,
-    /// Sequence length (transformer models only).
+    /// Sequence length (transformer models only; ONNX: size of the other symbolic dims).
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
     pub seq: u64,
     /// Seed of the random weights and example inputs.
@@ -48,25 +70,82 @@ pub struct ModelArgs {
     pub threads: Option<u64>,
 }
 
+/// Options that only ONNX models take: how to size their symbolic dims.
+#[derive(Debug, Args, Clone, Default)]
+pub struct OnnxDimArgs {
+    /// Size of a symbolic dim of an ONNX model's inputs, as NAME=SIZE (repeatable). Unnamed
+    /// dims are called INPUT.AXIS. Unset batch-like dims take --batch, the others --seq.
+    #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
+    pub dims: Vec<(String, usize)>,
+}
+
 /// Arguments of `kiln run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Model name from the zoo (resnet18, resnet50, bert-base, gpt2).
+    /// Model name from the zoo (resnet18, resnet50, bert-base, gpt2), or a path ending in .onnx.
     pub model: String,
     /// Model options.
     #[command(flatten)]
     pub model_args: ModelArgs,
+    /// ONNX dim sizes.
+    #[command(flatten)]
+    pub dim_args: OnnxDimArgs,
+    /// Value of an ONNX model input, as NAME=FILE.npy (repeatable); inputs not given are random.
+    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
+    pub inputs: Vec<(String, PathBuf)>,
+    /// Write each output of an ONNX model to DIR/<output name>.npy.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// Arguments of `kiln inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The .onnx file.
+    pub model: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Splits `NAME=VALUE` at the last `=`, so names may hold `=` but values (sizes, file names
+/// without `=`) are unambiguous; both parts must be non-empty.
+fn split_assignment<'a>(s: &'a str, what: &str) -> Result<(&'a str, &'a str), String> {
+    match s.rsplit_once('=') {
+        Some((name, value)) if !name.is_empty() && !value.is_empty() => Ok((name, value)),
+        _ => Err(format!("expected {what}, got '{s}'")),
+    }
+}
+
+/// Parses `--dim NAME=SIZE`.
+fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let (name, size) = split_assignment(s, "NAME=SIZE")?;
+    let size = size.parse::<usize>().map_err(|_| format!("'{size}' in '{s}' is not a size (a whole number >= 0)"))?;
+    Ok((name.to_string(), size))
+}
+
+/// Parses `--input NAME=FILE`. Splits at the first `=`: ONNX input names rarely hold `=`,
+/// file paths sometimes do.
+fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => Ok((name.to_string(), PathBuf::from(file))),
+        _ => Err(format!("expected NAME=FILE.npy, got '{s}'")),
+    }
 }
 
 /// Arguments of `kiln bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Model names from the zoo (resnet18, resnet50, bert-base, gpt2); each is benched in turn.
+    /// Model names from the zoo (resnet18, resnet50, bert-base, gpt2) or paths ending in .onnx;
+    /// each is benched in turn.
     #[arg(required = true, num_args = 1..)]
     pub models: Vec<String>,
     /// Model options.
     #[command(flatten)]
     pub model_args: ModelArgs,
+    /// ONNX dim sizes.
+    #[command(flatten)]
+    pub dim_args: OnnxDimArgs,
     /// Timed forward passes.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub iters: u64,
@@ -181,6 +260,30 @@ mod tests {
             &["kiln", "bench", "resnet18", "--threads", "0"],
             &["kiln", "bench", "resnet18", "--device", "tpu"],
             &["kiln", "bench"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn run_parses_onnx_inputs_dims_and_out() {
+        let cli = Cli::try_parse_from([
+            "kiln", "run", "m.onnx", "--input", "x=a=b.npy", "--input", "ids=ids.npy", "--dim", "batch=4",
+            "--dim", "x.1=0", "--out", "outs",
+        ])
+        .unwrap();
+        let Command::Run(r) = cli.command else { panic!("not run") };
+        assert_eq!(r.inputs, [("x".to_string(), PathBuf::from("a=b.npy")), ("ids".to_string(), PathBuf::from("ids.npy"))]);
+        assert_eq!(r.dim_args.dims, [("batch".to_string(), 4), ("x.1".to_string(), 0)]);
+        assert_eq!(r.out, Some(PathBuf::from("outs")));
+        for bad in [
+            &["kiln", "run", "m.onnx", "--dim", "batch"][..],
+            &["kiln", "run", "m.onnx", "--dim", "batch=-1"],
+            &["kiln", "run", "m.onnx", "--dim", "=3"],
+            &["kiln", "run", "m.onnx", "--input", "x"],
+            &["kiln", "run", "m.onnx", "--input", "=x.npy"],
+            &["kiln", "run", "m.onnx", "--input", "x="],
+            &["kiln", "inspect"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} parsed");
         }

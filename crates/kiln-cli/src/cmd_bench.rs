@@ -1,4 +1,5 @@
-//! `kiln bench`: times eager forward passes of zoo models and reports latency percentiles,
+//! `kiln bench`: times eager forward passes of zoo models (and, through [`cmd_bench_onnx`],
+//! ONNX files) and reports latency percentiles,
 //! kernels dispatched per forward and the peak heap a forward needs.
 
 use std::io::Write;
@@ -10,15 +11,17 @@ use serde::Serialize;
 
 use crate::alloc_counter;
 use crate::args::{BenchArgs, DeviceArg, ModeArg};
+use crate::cmd_bench_onnx;
 use crate::exit::{CliError, CliResult};
 use crate::model_setup;
+use crate::onnx_setup;
 use crate::progress;
 use crate::stats;
 
 /// One benchmark result; with `--json` it is printed as one JSON object per line.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRecord {
-    /// Zoo model name.
+    /// Zoo model name, or the file stem of an ONNX model.
     pub model: String,
     /// Batch size.
     pub batch: usize,
@@ -37,7 +40,7 @@ pub struct BenchRecord {
     pub iters: u64,
     /// Untimed forward passes between the first call and timing.
     pub warmup: u64,
-    /// Trainable parameters.
+    /// Trainable parameters (an ONNX model's initializer elements).
     pub params: usize,
     /// Seconds to build the model (weights).
     pub build_s: f64,
@@ -56,27 +59,69 @@ pub struct BenchRecord {
 }
 
 /// What one forward pass cost.
-struct Pass {
-    secs: f64,
-    kernels: u64,
-    peak_bytes: usize,
+pub(crate) struct Pass {
+    pub secs: f64,
+    pub kernels: u64,
+    pub peak_bytes: usize,
 }
 
-/// Runs one forward pass and measures its time, dispatched ops and peak extra heap.
-fn measured_forward(model: &dyn Model, inputs: &[Tensor]) -> CliResult<Pass> {
-    let ops_before = kiln::dispatch::op_count();
+/// Runs `forward` once; returns its seconds and the most heap it held beyond what was live
+/// before it (its outputs included: they are dropped only after the measurement).
+pub(crate) fn measured<T>(forward: impl FnOnce() -> CliResult<T>) -> CliResult<(f64, usize)> {
     let base = alloc_counter::reset_peak();
     let start = Instant::now();
-    let outputs = model.forward(inputs)?;
+    let outputs = forward()?;
     let secs = start.elapsed().as_secs_f64();
     let peak_bytes = alloc_counter::peak_bytes().saturating_sub(base);
-    let kernels = kiln::dispatch::op_count() - ops_before;
     drop(outputs);
+    Ok((secs, peak_bytes))
+}
+
+/// Runs one forward pass of a zoo model and measures its time, dispatched ops and peak extra heap.
+fn measured_forward(model: &dyn Model, inputs: &[Tensor]) -> CliResult<Pass> {
+    let ops_before = kiln::dispatch::op_count();
+    let (secs, peak_bytes) = measured(|| Ok(model.forward(inputs)?))?;
+    let kernels = kiln::dispatch::op_count() - ops_before;
     Ok(Pass { secs, kernels, peak_bytes })
 }
 
+/// The first pass, warm-up passes and timed passes of one model.
+pub(crate) struct Timings {
+    pub first: Pass,
+    pub summary: stats::Summary,
+    /// The most extra heap any timed pass needed.
+    pub peak_bytes: usize,
+}
+
+/// Runs `pass` once, `--warmup` times untimed, then `--iters` timed times, behind a progress bar.
+pub(crate) fn time_passes(name: &str, args: &BenchArgs, mut pass: impl FnMut() -> CliResult<Pass>) -> CliResult<Timings> {
+    let bar = progress::bar(1 + args.warmup + args.iters, format!("bench {name}"));
+    let first = pass()?;
+    bar.inc(1);
+    for _ in 0..args.warmup {
+        pass()?;
+        bar.inc(1);
+    }
+    let mut times_ms = Vec::with_capacity(args.iters as usize);
+    let mut peak_bytes = 0;
+    for _ in 0..args.iters {
+        let p = pass()?;
+        if p.kernels != first.kernels {
+            tracing::warn!(first = first.kernels, now = p.kernels, "kernels per forward changed between passes");
+        }
+        times_ms.push(p.secs * 1e3);
+        peak_bytes = peak_bytes.max(p.peak_bytes);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    // iters >= 1 is enforced by clap, so there is always a sample; say so if that ever changes.
+    let summary = stats::summarize(&times_ms)
+        .ok_or_else(|| CliError::Failed("bench needs --iters of at least 1".into()))?;
+    Ok(Timings { first, summary, peak_bytes })
+}
+
 /// Refuses, with exit code 2, what needs parts of kiln that are not built yet.
-fn check_supported(device: DeviceArg, mode: ModeArg) -> CliResult<()> {
+pub(crate) fn check_supported(device: DeviceArg, mode: ModeArg) -> CliResult<()> {
     if device == DeviceArg::Cuda {
         return Err(CliError::NotBuilt(
             "the CUDA backend is not built yet; run `kiln doctor` to see what this machine offers"
@@ -99,28 +144,7 @@ fn bench_model(name: &str, args: &BenchArgs, threads: usize) -> CliResult<BenchR
     // Models fed token ids (integer inputs) are the ones a sequence length applies to.
     let takes_tokens = model.inputs().iter().any(|s| s.dtype.is_int());
 
-    let bar = progress::bar(1 + args.warmup + args.iters, format!("bench {name}"));
-    let first = measured_forward(model.as_ref(), &inputs)?;
-    bar.inc(1);
-    for _ in 0..args.warmup {
-        measured_forward(model.as_ref(), &inputs)?;
-        bar.inc(1);
-    }
-    let mut times_ms = Vec::with_capacity(args.iters as usize);
-    let mut peak_bytes = 0;
-    for _ in 0..args.iters {
-        let pass = measured_forward(model.as_ref(), &inputs)?;
-        if pass.kernels != first.kernels {
-            tracing::warn!(first = first.kernels, now = pass.kernels, "kernels per forward changed between passes");
-        }
-        times_ms.push(pass.secs * 1e3);
-        peak_bytes = peak_bytes.max(pass.peak_bytes);
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    // iters >= 1 is enforced by clap, so there is always a sample; say so if that ever changes.
-    let summary = stats::summarize(&times_ms)
-        .ok_or_else(|| CliError::Failed("bench needs --iters of at least 1".into()))?;
+    let t = time_passes(name, args, || measured_forward(model.as_ref(), &inputs))?;
 
     Ok(BenchRecord {
         model: model.name().to_string(),
@@ -134,12 +158,12 @@ fn bench_model(name: &str, args: &BenchArgs, threads: usize) -> CliResult<BenchR
         warmup: args.warmup,
         params: model.num_parameters(),
         build_s,
-        first_call_s: first.secs,
-        median_ms: summary.median,
-        p10_ms: summary.p10,
-        p90_ms: summary.p90,
-        kernels: first.kernels,
-        peak_mb: peak_bytes as f64 / 1e6,
+        first_call_s: t.first.secs,
+        median_ms: t.summary.median,
+        p10_ms: t.summary.p10,
+        p90_ms: t.summary.p90,
+        kernels: t.first.kernels,
+        peak_mb: t.peak_bytes as f64 / 1e6,
     })
 }
 
@@ -165,9 +189,16 @@ fn table(records: &[BenchRecord]) -> String {
 pub fn bench(args: &BenchArgs) -> CliResult<()> {
     check_supported(args.device, args.mode)?;
     let threads = model_setup::init_threads(args.model_args.threads)?;
+    if !args.dim_args.dims.is_empty() && !args.models.iter().any(|m| onnx_setup::is_onnx(m)) {
+        return Err(CliError::Failed("--dim applies to .onnx models only, and none was given".into()));
+    }
     let mut records = Vec::new();
     for name in &args.models {
-        let record = bench_model(name, args, threads)?;
+        let record = if onnx_setup::is_onnx(name) {
+            cmd_bench_onnx::bench_onnx(name, args, threads)?
+        } else {
+            bench_model(name, args, threads)?
+        };
         if args.json {
             let line = serde_json::to_string(&record)
                 .map_err(|e| CliError::Failed(format!("cannot encode bench result as JSON: {e}")))?;

@@ -6,8 +6,10 @@ use std::time::Instant;
 use kiln::Tensor;
 
 use crate::args::RunArgs;
-use crate::exit::CliResult;
+use crate::cmd_run_onnx;
+use crate::exit::{CliError, CliResult};
 use crate::model_setup;
+use crate::onnx_setup;
 
 /// Sum and sum of absolute values of a tensor's elements, in f64.
 fn checksum(t: &Tensor) -> CliResult<(f64, f64)> {
@@ -15,8 +17,17 @@ fn checksum(t: &Tensor) -> CliResult<(f64, f64)> {
     Ok(values.iter().fold((0.0, 0.0), |(s, a), &x| (s + x, a + x.abs())))
 }
 
-/// Runs the command.
+/// Runs the command: ONNX files go to [`cmd_run_onnx`], names to the zoo.
 pub fn run(args: &RunArgs) -> CliResult<()> {
+    if onnx_setup::is_onnx(&args.model) {
+        return cmd_run_onnx::run(args);
+    }
+    if !args.inputs.is_empty() || !args.dim_args.dims.is_empty() || args.out.is_some() {
+        return Err(CliError::Failed(format!(
+            "--input, --dim and --out apply to .onnx models only; '{}' is a zoo model name",
+            args.model
+        )));
+    }
     let threads = model_setup::init_threads(args.model_args.threads)?;
     let (model, build_s) = model_setup::build(&args.model, &args.model_args)?;
     let inputs = model.example_inputs(args.model_args.seed)?;

@@ -1,13 +1,21 @@
-//! The `kiln` binary: run a zoo model once, benchmark it, or check what this machine offers.
+//! The `kiln` binary: run a zoo model or ONNX file once, benchmark it, describe an ONNX file,
+//! run ONNX conformance cases, or check what this machine offers.
 
 mod alloc_counter;
 mod args;
 mod cmd_bench;
+mod cmd_bench_onnx;
 mod cmd_doctor;
+mod cmd_inspect;
+mod cmd_onnx_test;
 mod cmd_run;
+mod cmd_run_onnx;
 mod exit;
 mod logging;
 mod model_setup;
+mod npy;
+mod onnx_inputs;
+mod onnx_setup;
 mod progress;
 mod stats;
 
@@ -23,6 +31,8 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(a) => cmd_run::run(&a),
         Command::Bench(a) => cmd_bench::bench(&a),
+        Command::Inspect(a) => cmd_inspect::inspect(&a),
+        Command::OnnxTest(a) => cmd_onnx_test::onnx_test(&a),
         Command::Doctor => {
             cmd_doctor::doctor();
             Ok(())

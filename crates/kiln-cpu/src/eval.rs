@@ -5,6 +5,7 @@
 use crate::kernels::{
     activation, attention, cast, conv, elementwise, gather, matmul, movement, norm, pool, reduce,
 };
+use crate::kernels::{scan, scatter, topk};
 use kiln_ir::{Error, HostTensor, Op, Result, TensorType, infer::infer};
 
 /// Evaluates `op` on `inputs`. View ops (reshape of contiguous data, permute, expand, slice)
@@ -36,6 +37,14 @@ pub fn eval(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor> {
         Op::Pad { pads, mode } => movement::pad(x, pads, *mode, &shape),
         Op::Concat { axis } => movement::concat(inputs, *axis, &shape),
         Op::Gather { axis } => gather::gather(x, inputs[1], *axis, &shape),
+        Op::Cumulative { op, axis, exclusive, reverse } => scan::cumulative(*op, x, *axis, *exclusive, *reverse),
+        Op::TopK { axis, k, largest, sorted, output } => topk::topk(x, *axis, *k, *largest, *sorted, *output),
+        Op::GatherElements { axis } => scatter::gather_elements(x, inputs[1], *axis),
+        Op::ScatterElements { axis, reduction } => {
+            scatter::scatter_elements(x, inputs[1], inputs[2], *axis, *reduction)
+        }
+        Op::GatherNd { batch_dims } => scatter::gather_nd(x, inputs[1], *batch_dims),
+        Op::ScatterNd { reduction } => scatter::scatter_nd(x, inputs[1], inputs[2], *reduction),
         Op::MatMul => matmul::matmul(x, inputs[1], &shape),
         Op::Conv2d(a) => conv::conv2d(a, x, inputs[1], inputs.get(2).copied(), &shape),
         Op::Pool2d(p) => pool::pool2d(p, x, &shape),
@@ -47,5 +56,10 @@ pub fn eval(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor> {
         Op::Attention { causal, scale } => {
             attention::attention(x, inputs[1], inputs[2], inputs.get(3).copied(), *causal, *scale, &shape)
         }
+        Op::Resize(a) => crate::kernels::resize::resize(a, x, &shape),
+        Op::ConvTranspose2d(a) => {
+            crate::kernels::conv_transpose::conv_transpose2d(a, x, inputs[1], inputs.get(2).copied(), &shape)
+        }
+        Op::GridSample(a) => crate::kernels::grid_sample::grid_sample(a, x, inputs[1], &shape),
     }
 }

@@ -13,12 +13,16 @@ pub enum DType {
     I32,
     I8,
     U8,
+    I16,
+    U16,
+    U32,
+    U64,
     Bool,
 }
 
 impl DType {
     /// Every dtype, in a fixed order (tests iterate over it).
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 13] = [
         DType::F32,
         DType::F16,
         DType::BF16,
@@ -27,15 +31,19 @@ impl DType {
         DType::I32,
         DType::I8,
         DType::U8,
+        DType::I16,
+        DType::U16,
+        DType::U32,
+        DType::U64,
         DType::Bool,
     ];
 
     /// Size of one element in bytes.
     pub fn size_of(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
         }
     }
@@ -47,12 +55,15 @@ impl DType {
 
     /// True for the signed and unsigned integer types (not bool).
     pub fn is_int(self) -> bool {
-        matches!(self, DType::I64 | DType::I32 | DType::I8 | DType::U8)
+        matches!(
+            self,
+            DType::I64 | DType::I32 | DType::I16 | DType::I8 | DType::U64 | DType::U32 | DType::U16 | DType::U8
+        )
     }
 
     /// True for signed numeric types (floats and signed integers).
     pub fn is_signed(self) -> bool {
-        self.is_float() || matches!(self, DType::I64 | DType::I32 | DType::I8)
+        self.is_float() || matches!(self, DType::I64 | DType::I32 | DType::I16 | DType::I8)
     }
 
     /// The short lowercase name used in printed graphs, CLI flags and errors (`f32`, `i64`, `bool`).
@@ -66,6 +77,10 @@ impl DType {
             DType::I32 => "i32",
             DType::I8 => "i8",
             DType::U8 => "u8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
             DType::Bool => "bool",
         }
     }
@@ -81,6 +96,10 @@ impl DType {
             "i32" | "int32" | "int" => DType::I32,
             "i8" | "int8" => DType::I8,
             "u8" | "uint8" => DType::U8,
+            "i16" | "int16" | "short" => DType::I16,
+            "u16" | "uint16" => DType::U16,
+            "u32" | "uint32" => DType::U32,
+            "u64" | "uint64" => DType::U64,
             "bool" => DType::Bool,
             _ => return None,
         })

@@ -12,6 +12,7 @@ use crate::{
     ArgReduceOp, BinaryOp, Dim, Graph, NodeId, Op, PadMode, PoolKind, ReduceOp, Shape, SliceAxis,
     TensorType, UnaryOp,
 };
+use crate::{CumulativeOp, ScatterReduction, TopKOutput};
 use sha2::{Digest, Sha256};
 
 /// Version of the encoding below; part of every hash.
@@ -317,6 +318,45 @@ fn encode_op(e: &mut Enc, op: &Op) {
             e.u8(22);
             e.bool(*tanh_approx);
         }
+        // Tags 40..: ops added for ONNX import (other additions take other ranges).
+        Op::Cumulative { op, axis, exclusive, reverse } => {
+            e.u8(40);
+            e.u8(match op {
+                CumulativeOp::Sum => 0,
+                CumulativeOp::Prod => 1,
+            });
+            e.u64(*axis as u64);
+            e.bool(*exclusive);
+            e.bool(*reverse);
+        }
+        Op::TopK { axis, k, largest, sorted, output } => {
+            e.u8(41);
+            e.u64(*axis as u64);
+            e.u64(*k as u64);
+            e.bool(*largest);
+            e.bool(*sorted);
+            e.u8(match output {
+                TopKOutput::Values => 0,
+                TopKOutput::Indices => 1,
+            });
+        }
+        Op::GatherElements { axis } => {
+            e.u8(42);
+            e.u64(*axis as u64);
+        }
+        Op::ScatterElements { axis, reduction } => {
+            e.u8(43);
+            e.u64(*axis as u64);
+            e.u8(scatter_tag(*reduction));
+        }
+        Op::GatherNd { batch_dims } => {
+            e.u8(44);
+            e.u64(*batch_dims as u64);
+        }
+        Op::ScatterNd { reduction } => {
+            e.u8(45);
+            e.u8(scatter_tag(*reduction));
+        }
         Op::Attention { causal, scale } => {
             e.u8(23);
             e.bool(*causal);
@@ -328,6 +368,60 @@ fn encode_op(e: &mut Enc, op: &Op) {
                 }
             }
         }
+        // Tags 60+ are kept apart from the ops other helpers add in parallel.
+        Op::Resize(a) => {
+            e.u8(60);
+            e.usizes(&a.out_shape);
+            e.u64(a.scales.len() as u64);
+            for &sc in &a.scales {
+                e.f64(sc);
+            }
+            e.u8(a.mode as u8);
+            match &a.coord {
+                crate::ResizeCoord::HalfPixel => e.u8(0),
+                crate::ResizeCoord::HalfPixelSymmetric => e.u8(1),
+                crate::ResizeCoord::PytorchHalfPixel => e.u8(2),
+                crate::ResizeCoord::AlignCorners => e.u8(3),
+                crate::ResizeCoord::Asymmetric => e.u8(4),
+                crate::ResizeCoord::TfCropAndResize { roi, extrapolation } => {
+                    e.u8(5);
+                    e.u64(roi.len() as u64);
+                    for &(start, end) in roi {
+                        e.f64(start);
+                        e.f64(end);
+                    }
+                    e.f64(*extrapolation);
+                }
+            }
+            e.u8(a.nearest as u8);
+            e.f64(a.cubic_a);
+            e.bool(a.exclude_outside);
+            e.bool(a.antialias);
+        }
+        Op::ConvTranspose2d(a) => {
+            e.u8(61);
+            e.usizes(&a.stride);
+            e.usizes(&a.padding);
+            e.usizes(&a.output_padding);
+            e.usizes(&a.dilation);
+            e.u64(a.groups as u64);
+        }
+        Op::GridSample(a) => {
+            e.u8(62);
+            e.u8(a.mode as u8);
+            e.u8(a.padding as u8);
+            e.bool(a.align_corners);
+        }
+    }
+}
+
+fn scatter_tag(r: ScatterReduction) -> u8 {
+    match r {
+        ScatterReduction::None => 0,
+        ScatterReduction::Add => 1,
+        ScatterReduction::Mul => 2,
+        ScatterReduction::Max => 3,
+        ScatterReduction::Min => 4,
     }
 }
 
@@ -386,5 +480,8 @@ fn binary_tag(b: BinaryOp) -> u8 {
         And => 14,
         Or => 15,
         Xor => 16,
+        Mod => 17,
+        Shl => 18,
+        Shr => 19,
     }
 }

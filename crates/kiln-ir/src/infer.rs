@@ -83,11 +83,15 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType> {
                 BinaryOp::And | BinaryOp::Or | BinaryOp::Xor if d.is_float() => {
                     return Err(Error::DType(format!("{}: needs bool or integer inputs", ctx())));
                 }
+                BinaryOp::Shl | BinaryOp::Shr if !d.is_int() => {
+                    return Err(Error::DType(format!("{}: bit shifts need integer inputs, got {d}", ctx())));
+                }
                 BinaryOp::Add
                 | BinaryOp::Sub
                 | BinaryOp::Mul
                 | BinaryOp::Div
                 | BinaryOp::Rem
+                | BinaryOp::Mod
                 | BinaryOp::Pow
                     if d == DType::Bool =>
                 {
@@ -259,6 +263,81 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType> {
             dims.extend(data.shape.0[axis + 1..].iter().cloned());
             Ok(TensorType { dtype: data.dtype, shape: Shape(dims) })
         }
+        Op::Cumulative { axis, .. } => {
+            arity(1, 1)?;
+            let t = inputs[0];
+            rank_axis(*axis, t.shape.rank())?;
+            if t.dtype == DType::Bool {
+                return Err(Error::DType(format!("{}: needs a numeric input", ctx())));
+            }
+            Ok(t.clone())
+        }
+        Op::TopK { axis, k, output, .. } => {
+            arity(1, 1)?;
+            let t = inputs[0];
+            rank_axis(*axis, t.shape.rank())?;
+            if t.dtype == DType::Bool {
+                return Err(Error::DType(format!("{}: needs a numeric input", ctx())));
+            }
+            if let Some(n) = t.shape.0[*axis].fixed()
+                && *k > n
+            {
+                return Err(Error::Shape(format!("{}: k = {k} exceeds the size {n} of axis {axis}", ctx())));
+            }
+            let mut dims = t.shape.0.clone();
+            dims[*axis] = Dim::Fixed(*k);
+            let dtype = match output {
+                crate::TopKOutput::Values => t.dtype,
+                crate::TopKOutput::Indices => DType::I64,
+            };
+            Ok(TensorType { dtype, shape: Shape(dims) })
+        }
+        Op::GatherElements { axis } => {
+            arity(2, 2)?;
+            let (data, idx) = (inputs[0], inputs[1]);
+            elements_indexing(data, idx, *axis, &ctx())?;
+            Ok(TensorType { dtype: data.dtype, shape: idx.shape.clone() })
+        }
+        Op::ScatterElements { axis, reduction } => {
+            arity(3, 3)?;
+            let (data, idx, upd) = (inputs[0], inputs[1], inputs[2]);
+            elements_indexing(data, idx, *axis, &ctx())?;
+            scatter_updates(data, upd, &idx.shape, *reduction, &ctx())?;
+            Ok(data.clone())
+        }
+        Op::GatherNd { batch_dims: b } => {
+            arity(2, 2)?;
+            let (data, idx) = (inputs[0], inputs[1]);
+            let (r, q) = (data.shape.rank(), idx.shape.rank());
+            index_dtype(idx, &ctx())?;
+            if r == 0 || q == 0 || *b >= r.min(q) {
+                return Err(Error::Shape(format!(
+                    "{}: needs data and indices of rank >= 1 and batch_dims {b} below both ranks",
+                    ctx()
+                )));
+            }
+            if data.shape.0[..*b] != idx.shape.0[..*b] {
+                return Err(Error::Shape(format!("{}: the first {b} (batch) dims of data and indices differ", ctx())));
+            }
+            let m = tuple_len(idx, r - b, &ctx())?;
+            let mut dims = idx.shape.0[..q - 1].to_vec();
+            dims.extend(data.shape.0[b + m..].iter().cloned());
+            Ok(TensorType { dtype: data.dtype, shape: Shape(dims) })
+        }
+        Op::ScatterNd { reduction } => {
+            arity(3, 3)?;
+            let (data, idx, upd) = (inputs[0], inputs[1], inputs[2]);
+            let (r, q) = (data.shape.rank(), idx.shape.rank());
+            index_dtype(idx, &ctx())?;
+            if r == 0 || q == 0 {
+                return Err(Error::Shape(format!("{}: needs data and indices of rank >= 1", ctx())));
+            }
+            let k = tuple_len(idx, r, &ctx())?;
+            let mut want = idx.shape.0[..q - 1].to_vec();
+            want.extend(data.shape.0[k..].iter().cloned());
+            scatter_updates(data, upd, &Shape(want), *reduction, &ctx())?;
+            Ok(data.clone())
+        }
         Op::MatMul => {
             arity(2, 2)?;
             let d = same_dtype()?;
@@ -356,6 +435,80 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType> {
             }
             Ok(TensorType { dtype: d, shape: Shape(dims) })
         }
+        Op::Resize(a) => {
+            arity(1, 1)?;
+            resize_type(a, inputs[0], &ctx())
+        }
+        Op::ConvTranspose2d(a) => {
+            arity(2, 3)?;
+            let d = same_dtype()?;
+            float_only(inputs[0])?;
+            conv_transpose2d_type(a, inputs, d, &ctx())
+        }
+        Op::GridSample(_) => {
+            arity(2, 2)?;
+            float_only(inputs[0])?;
+            float_only(inputs[1])?;
+            grid_sample_type(inputs[0], inputs[1], &ctx())
+        }
+    }
+}
+
+/// Index tensors of the indexing ops are i64 or i32.
+fn index_dtype(idx: &TensorType, ctx: &str) -> Result<()> {
+    if !matches!(idx.dtype, DType::I64 | DType::I32) {
+        return Err(Error::DType(format!("{ctx}: indices must be i64 or i32, got {}", idx.dtype)));
+    }
+    Ok(())
+}
+
+/// GatherElements/ScatterElements: indices of data's rank, no dim other than `axis` larger
+/// than data's (symbolic dims are checked at run time).
+fn elements_indexing(data: &TensorType, idx: &TensorType, axis: usize, ctx: &str) -> Result<()> {
+    index_dtype(idx, ctx)?;
+    let r = data.shape.rank();
+    if axis >= r {
+        return Err(Error::Shape(format!("{ctx}: axis {axis} is out of range for rank {r}")));
+    }
+    if idx.shape.rank() != r {
+        return Err(Error::Shape(format!("{ctx}: indices must have the rank of data ({r})")));
+    }
+    for (i, (d, n)) in data.shape.0.iter().zip(&idx.shape.0).enumerate() {
+        if let (Some(d), Some(n)) = (d.fixed(), n.fixed())
+            && i != axis
+            && n > d
+        {
+            return Err(Error::Shape(format!(
+                "{ctx}: indices dim {i} ({n}) exceeds data's ({d}); only axis {axis} may be larger"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The updates of a scatter: data's dtype and exactly the shape `want`; sum/product
+/// reductions need a numeric dtype.
+fn scatter_updates(data: &TensorType, upd: &TensorType, want: &Shape, red: crate::ScatterReduction, ctx: &str) -> Result<()> {
+    if upd.dtype != data.dtype {
+        return Err(Error::DType(format!("{ctx}: updates must have data's dtype {}", data.dtype)));
+    }
+    if &upd.shape != want {
+        return Err(Error::Shape(format!("{ctx}: updates must have shape {want}, got {}", upd.shape)));
+    }
+    if data.dtype == DType::Bool && matches!(red, crate::ScatterReduction::Add | crate::ScatterReduction::Mul) {
+        return Err(Error::DType(format!("{ctx}: reduction {red:?} needs a numeric dtype, got bool")));
+    }
+    Ok(())
+}
+
+/// The length of the index tuples of GatherND/ScatterND (the indices' last dim), which must be
+/// fixed and in `1..=max`.
+fn tuple_len(idx: &TensorType, max: usize, ctx: &str) -> Result<usize> {
+    let q = idx.shape.rank();
+    match idx.shape.0[q - 1].fixed() {
+        Some(m) if (1..=max).contains(&m) => Ok(m),
+        Some(m) => Err(Error::Shape(format!("{ctx}: index tuples have length {m}, which must be in 1..={max}"))),
+        None => Err(Error::Unsupported(format!("{ctx}: the last dim of indices (tuple length) must be fixed"))),
     }
 }
 
@@ -468,4 +621,110 @@ fn pool2d_type(p: &Pool2dAttrs, t: &TensorType, ctx: &str) -> Result<TensorType>
     let h = spatial(&x.0[2], p.kernel[0], p.stride[0], (p.padding[0], p.padding[2]), p.dilation[0], p.ceil_mode, ctx)?;
     let w = spatial(&x.0[3], p.kernel[1], p.stride[1], (p.padding[1], p.padding[3]), p.dilation[1], p.ceil_mode, ctx)?;
     Ok(TensorType { dtype: t.dtype, shape: Shape(vec![x.0[0].clone(), x.0[1].clone(), h, w]) })
+}
+
+fn resize_type(a: &crate::ResizeAttrs, t: &TensorType, ctx: &str) -> Result<TensorType> {
+    let r = t.shape.rank();
+    if a.out_shape.len() != r || a.scales.len() != r {
+        return Err(Error::Shape(format!(
+            "{ctx}: resize needs one output size and one scale per input axis (rank {r}), got {} sizes and {} scales",
+            a.out_shape.len(),
+            a.scales.len()
+        )));
+    }
+    if let Some(s) = a.scales.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+        return Err(Error::Value(format!("{ctx}: resize scales must be finite and > 0, got {s}")));
+    }
+    if a.mode != crate::ResizeMode::Nearest && !t.dtype.is_float() {
+        return Err(Error::DType(format!(
+            "{ctx}: {:?} resize needs a float input, got {} (only nearest takes other dtypes)",
+            a.mode, t.dtype
+        )));
+    }
+    if !a.cubic_a.is_finite() {
+        return Err(Error::Value(format!("{ctx}: resize cubic_a must be finite, got {}", a.cubic_a)));
+    }
+    if let crate::ResizeCoord::TfCropAndResize { roi, .. } = &a.coord
+        && (roi.len() != r || roi.iter().any(|(s, e)| !s.is_finite() || !e.is_finite()))
+    {
+        return Err(Error::Value(format!(
+            "{ctx}: tf_crop_and_resize needs one finite (start, end) roi pair per axis (rank {r}), got {roi:?}"
+        )));
+    }
+    for (i, (d, &o)) in t.shape.0.iter().zip(&a.out_shape).enumerate() {
+        if *d == Dim::Fixed(0) && o > 0 {
+            return Err(Error::Shape(format!("{ctx}: cannot resize the empty axis {i} to {o}")));
+        }
+    }
+    Ok(TensorType { dtype: t.dtype, shape: Shape::fixed(&a.out_shape) })
+}
+
+fn conv_transpose2d_type(
+    a: &crate::ConvTranspose2dAttrs,
+    inputs: &[&TensorType],
+    dtype: DType,
+    ctx: &str,
+) -> Result<TensorType> {
+    let (x, w) = (&inputs[0].shape, &inputs[1].shape);
+    if x.rank() != 4 || w.rank() != 4 {
+        return Err(Error::Shape(format!("{ctx}: conv_transpose2d needs x [N, C, H, W] and w [C, O/groups, KH, KW]")));
+    }
+    let (c, wc, og, kh, kw) = (x.0[1].fixed(), w.0[0].fixed(), w.0[1].fixed(), w.0[2].fixed(), w.0[3].fixed());
+    let (Some(c), Some(wc), Some(og), Some(kh), Some(kw)) = (c, wc, og, kh, kw) else {
+        return Err(Error::Unsupported(format!("{ctx}: symbolic channel or kernel dims")));
+    };
+    let g = a.groups;
+    if g == 0 || c % g != 0 || wc != c {
+        return Err(Error::Shape(format!(
+            "{ctx}: {c} input channels and weight dim 0 = {wc} do not fit groups={g} (w must be [C, O/groups, KH, KW])"
+        )));
+    }
+    if a.stride.contains(&0) || a.dilation.contains(&0) {
+        return Err(Error::Value(format!("{ctx}: stride and dilation must be >= 1")));
+    }
+    let o = og * g;
+    if let Some(b) = inputs.get(2)
+        && b.shape != Shape::fixed(&[o])
+    {
+        return Err(Error::Shape(format!("{ctx}: bias must be [{o}]")));
+    }
+    let mut dims = vec![x.0[0].clone(), Dim::Fixed(o)];
+    for ax in 0..2 {
+        let k = if ax == 0 { kh } else { kw };
+        let Some(len) = x.0[2 + ax].fixed() else {
+            return Err(Error::Unsupported(format!("{ctx}: symbolic spatial dims")));
+        };
+        let out = conv_transpose_out(len, k, a.stride[ax], (a.padding[ax], a.padding[ax + 2]), a.dilation[ax], a.output_padding[ax])
+            .ok_or_else(|| {
+                Error::Shape(format!(
+                    "{ctx}: spatial size {len} with kernel {k}, stride {}, dilation {}, padding ({}, {}) and output_padding {} gives no output (input must be >= 1, padding must not exceed the full output)",
+                    a.stride[ax], a.dilation[ax], a.padding[ax], a.padding[ax + 2], a.output_padding[ax]
+                ))
+            })?;
+        dims.push(Dim::Fixed(out));
+    }
+    Ok(TensorType { dtype, shape: Shape(dims) })
+}
+
+/// Output size of a transposed convolution along one axis:
+/// `(len-1)*stride - pad.0 - pad.1 + dilation*(kernel-1) + output_padding + 1`, or `None`
+/// when `len` is 0 or the padding crops more than the full output.
+pub fn conv_transpose_out(len: usize, kernel: usize, stride: usize, pad: (usize, usize), dilation: usize, output_padding: usize) -> Option<usize> {
+    if len == 0 {
+        return None;
+    }
+    let full = (len - 1)
+        .checked_mul(stride)?
+        .checked_add(dilation.checked_mul(kernel.max(1) - 1)?)?
+        .checked_add(output_padding)?
+        .checked_add(1)?;
+    full.checked_sub(pad.0.checked_add(pad.1)?)
+}
+
+fn grid_sample_type(x: &TensorType, grid: &TensorType, ctx: &str) -> Result<TensorType> {
+    let (xs, gs) = (&x.shape, &grid.shape);
+    if xs.rank() != 4 || gs.rank() != 4 || gs.0[3] != Dim::Fixed(2) || gs.0[0] != xs.0[0] {
+        return Err(Error::Shape(format!("{ctx}: grid_sample needs x [N, C, H, W] and grid [N, Hout, Wout, 2]")));
+    }
+    Ok(TensorType { dtype: x.dtype, shape: Shape(vec![xs.0[0].clone(), xs.0[1].clone(), gs.0[1].clone(), gs.0[2].clone()]) })
 }

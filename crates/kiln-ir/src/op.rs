@@ -49,6 +49,49 @@ pub enum Op {
     /// data and i64/i32 indices. Negative indices count from the end; out-of-range is an error
     /// at run time.
     Gather { axis: usize },
+    /// Running sum or product along `axis` (ONNX CumSum/CumProd), 1 numeric input, same shape
+    /// and dtype. `out[.., i, ..] = x[.., 0, ..] ⊕ .. ⊕ x[.., i, ..]`; `exclusive` leaves out
+    /// `x[.., i, ..]` itself (so `out[.., 0, ..]` is the identity, 0 or 1); `reverse` runs from
+    /// the end of the axis instead (`x[.., i, ..] ⊕ .. ⊕ x[.., n-1, ..]`). Floats accumulate in
+    /// f64 and round each output once; integers wrap on overflow.
+    Cumulative { op: CumulativeOp, axis: usize, exclusive: bool, reverse: bool },
+    /// The `k` largest (or smallest) elements along `axis` (ONNX TopK), 1 numeric input; the
+    /// result has `axis` resized to `k` (`k <= dim`, else an error). `output` picks what this
+    /// node yields: the values (input dtype) or their indices along `axis` (i64); an importer
+    /// builds two nodes with equal attributes for both. Order: with `sorted`, largest first
+    /// (smallest first when `!largest`); without it, the selected elements keep their input
+    /// order (increasing index). Ties: the lower index comes first (and is selected first).
+    /// NaN counts as larger than every number, and NaNs tie with each other (as PyTorch and
+    /// ONNX Runtime), so NaNs are picked first by `largest` and last otherwise.
+    TopK { axis: usize, k: usize, largest: bool, sorted: bool, output: TopKOutput },
+    /// `out[i][j][k] = data[indices[i][j][k]][j][k]` for `axis == 0`, likewise for other axes
+    /// (ONNX GatherElements, `torch.gather`), 2 inputs: data and i64/i32 indices of the same
+    /// rank, each dim other than `axis` at most data's. The result has the indices' shape and
+    /// data's dtype. Negative indices count from the end; out-of-range is an error at run time.
+    GatherElements { axis: usize },
+    /// A copy of data with `out[indices[i][j][k]][j][k] = updates[i][j][k]` for `axis == 0`,
+    /// likewise for other axes (ONNX ScatterElements), 3 inputs: data, i64/i32 indices and
+    /// updates (data's dtype, the indices' shape; same rank as data, each dim other than
+    /// `axis` at most data's). `reduction` combines the update with the current value instead
+    /// of replacing it. Updates apply in row-major order of the indices, so with duplicate
+    /// indices and no reduction the last one wins. Negative indices count from the end;
+    /// out-of-range is an error at run time.
+    ScatterElements { axis: usize, reduction: ScatterReduction },
+    /// Gathers slices by index tuples (ONNX GatherND), 2 inputs: data (rank r >= 1) and i64/i32
+    /// indices (rank q >= 1) whose last dim m (`1 <= m <= r - batch_dims`) is the length of
+    /// each tuple. The first `batch_dims` dims (`< min(q, r)`) of data and indices are equal
+    /// and walked together. The result is `indices.shape[..q-1] ++ data.shape[batch_dims+m..]`:
+    /// `out[b.., i.., s..] = data[b.., indices[b.., i.., 0], .., indices[b.., i.., m-1], s..]`.
+    /// Negative indices count from the end; out-of-range is an error at run time.
+    GatherNd { batch_dims: usize },
+    /// A copy of data with slices replaced by index tuples (ONNX ScatterND), 3 inputs: data
+    /// (rank r >= 1), i64/i32 indices (rank q >= 1, last dim k with `1 <= k <= r`) and updates
+    /// of data's dtype with shape `indices.shape[..q-1] ++ data.shape[k..]`:
+    /// `out[indices[i.., 0], .., indices[i.., k-1], s..] = updates[i.., s..]`, combined by
+    /// `reduction`. Updates apply in row-major order of the index tuples, so with duplicate
+    /// tuples and no reduction the last one wins. Negative indices count from the end;
+    /// out-of-range is an error at run time.
+    ScatterNd { reduction: ScatterReduction },
     /// NumPy matmul, 2 inputs of one float or integer dtype: 1-D operands are promoted
     /// (and the added dim removed), leading batch dims broadcast.
     MatMul,
@@ -75,6 +118,24 @@ pub enum Op {
     /// `softmax(q kᵀ * scale + mask [+ causal mask]) v`; `scale` defaults to `1/sqrt(D)`.
     /// With `causal`, query `i` sees keys `j <= i + (Lk - Lq)`.
     Attention { causal: bool, scale: Option<f64> },
+    /// ONNX Resize (opsets 10-19) and Upsample, 1 input of any rank. Output dim `i` is
+    /// `out_shape[i]`; each axis whose size or scale changes is resampled on its own, axes in
+    /// order 0..rank (linear/cubic are separable: N-linear / N-cubic), computed in f64 and
+    /// rounded once to the input dtype. See [`ResizeAttrs`] for the coordinate transform and
+    /// the taps. Nearest takes any dtype (it copies elements); linear and cubic need a float.
+    Resize(ResizeAttrs),
+    /// 2-D transposed convolution (ONNX ConvTranspose, PyTorch `conv_transpose2d`) in NCHW,
+    /// 2 or 3 inputs of one float dtype: x `[N, C, H, W]`, w `[C, O/groups, KH, KW]`, optional
+    /// bias `[O]`. Input pixel `(ih, iw)` of channel `c` (group `g = c / (C/groups)`) adds
+    /// `x * w[c, o, kh, kw]` to output `[g*O/groups + o, ih*sh + kh*dh - pad_t, iw*sw + kw*dw - pad_l]`
+    /// when that lies inside the output. Output size per axis:
+    /// `(H-1)*s - pad_begin - pad_end + d*(k-1) + output_padding + 1` (must be >= 0; H, W >= 1).
+    ConvTranspose2d(ConvTranspose2dAttrs),
+    /// ONNX GridSample (opsets 16/20/22, 2-D; PyTorch `grid_sample`), 2 float inputs: x
+    /// `[N, C, H, W]` and grid `[N, Hout, Wout, 2]` (any float dtype) of normalized `(x, y)`
+    /// positions in `[-1, 1]` (x along W). Output `[N, C, Hout, Wout]` in x's dtype. See
+    /// [`GridSampleAttrs`].
+    GridSample(GridSampleAttrs),
 }
 
 /// Elementwise functions of one argument.
@@ -148,6 +209,17 @@ pub enum BinaryOp {
     Or,
     /// Logical xor (bool) or bitwise xor (integers).
     Xor,
+    /// Floor modulo: `a - floor(a / b) * b`, with the sign of the divisor (Python `%`, ONNX
+    /// `Mod` with fmod=0, also for floats). Integer modulo by zero is an error; float modulo by
+    /// zero is NaN. Numeric types only.
+    Mod,
+    /// Logical shift left `a << b` (integers only): bits shifted out are lost; shift amounts
+    /// `>= bits` give 0; a negative shift amount is an error.
+    Shl,
+    /// Logical shift right `a >> b` (integers only; zeros shift in, also for signed types, as
+    /// ONNX BitShift on the bit pattern): shift amounts `>= bits` give 0; a negative shift amount
+    /// is an error.
+    Shr,
 }
 
 impl BinaryOp {
@@ -177,6 +249,40 @@ pub enum ReduceOp {
 pub enum ArgReduceOp {
     ArgMax,
     ArgMin,
+}
+
+/// The combining op of [`Op::Cumulative`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CumulativeOp {
+    /// Running sum (ONNX CumSum); the exclusive identity is 0.
+    Sum,
+    /// Running product (ONNX CumProd); the exclusive identity is 1.
+    Prod,
+}
+
+/// Which result of a top-k selection an [`Op::TopK`] node yields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TopKOutput {
+    /// The selected values (input dtype).
+    Values,
+    /// Their positions along the axis (i64).
+    Indices,
+}
+
+/// How [`Op::ScatterElements`] and [`Op::ScatterNd`] combine an update `u` with the value `v`
+/// already at its position (data's value, or the result of earlier updates to that position).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScatterReduction {
+    /// `u` replaces `v` (the last of duplicate updates wins).
+    None,
+    /// `v + u` (integers wrap; floats computed in f64 and rounded once per update).
+    Add,
+    /// `v * u` (as `Add`).
+    Mul,
+    /// `max(v, u)`; NaN wins (as [`BinaryOp::Max`]).
+    Max,
+    /// `min(v, u)`; NaN wins (as [`BinaryOp::Min`]).
+    Min,
 }
 
 /// The slice of one axis: Python `start:end:step` semantics (negative start/end count from the
@@ -232,6 +338,129 @@ pub struct Conv2dAttrs {
     pub groups: usize,
 }
 
+/// Attributes of [`Op::Resize`].
+///
+/// Per resized axis, with input length `in`, output length `out` and `scale`, output index
+/// `y` maps to the input coordinate `x` given by [`ResizeCoord`]. Then, with
+/// `x0 = ceil(x) - 1` and `r = x - x0` in `(0, 1]` (an integer `x` has `r = 1`):
+/// - nearest: index `x` when `r == 1`, else `x0` or `x0 + 1` by [`ResizeNearest`];
+/// - linear: taps `x0, x0+1` with weights `1-r, r`;
+/// - cubic: taps `x0-1 ..= x0+2` with Keys weights of `cubic_a` at distances `1+r, r, 1-r, 2-r`;
+/// - antialias (linear/cubic only, when `scale < 1`): the kernel is stretched by `1/scale`:
+///   taps `x0+1-n/2 .. x0+n/2` (`n = 2*floor(1/scale)+2` linear, `2*floor(2/scale)+2` cubic,
+///   from ONNX's reference) weighted by `kernel((tap - x) * scale)`, normalized to sum 1.
+///
+/// Taps outside `0..in` read the edge element, or with `exclude_outside` get weight 0 and
+/// the rest is renormalized (nearest ignores `exclude_outside`, as onnxruntime). An axis whose
+/// scale is 1 (within 1e-9), whose length does not change and (for crop-and-resize) whose roi
+/// is (0, 1) is left as it is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResizeAttrs {
+    /// The output shape (one entry per input axis), fixed when the node is built.
+    pub out_shape: Vec<usize>,
+    /// The scale of each axis (output length over input length as ONNX defines it: the given
+    /// scale, or `sizes / input` when sizes were given), used by the coordinate transform.
+    pub scales: Vec<f64>,
+    pub mode: ResizeMode,
+    pub coord: ResizeCoord,
+    /// How nearest mode rounds (ignored by linear and cubic).
+    pub nearest: ResizeNearest,
+    /// The cubic kernel's `a` (ONNX `cubic_coeff_a`, default -0.75).
+    pub cubic_a: f64,
+    /// Taps outside the input get weight 0 (the others are renormalized) instead of the edge value.
+    pub exclude_outside: bool,
+    /// Linear and cubic widen their kernel when downscaling (ONNX `antialias`); no effect on nearest.
+    pub antialias: bool,
+}
+
+/// The interpolation of [`Op::Resize`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResizeMode {
+    Nearest,
+    Linear,
+    Cubic,
+}
+
+/// How [`Op::Resize`] maps output index `y` to input coordinate `x` along one axis (ONNX
+/// `coordinate_transformation_mode`); `in`/`out` are the integer lengths, `scale` the axis scale.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResizeCoord {
+    /// `x = (y + 0.5) / scale - 0.5`.
+    HalfPixel,
+    /// `x = in/2 * (1 - out / (scale*in)) + (y + 0.5) / scale - 0.5`.
+    HalfPixelSymmetric,
+    /// `x = (y + 0.5) / scale - 0.5` when `out > 1`, else `0` (the ONNX spec and onnxruntime).
+    PytorchHalfPixel,
+    /// `x = y * (in - 1) / (out - 1)` (`0` when `out == 1`).
+    AlignCorners,
+    /// `x = y / scale`.
+    Asymmetric,
+    /// `x = start*(in-1) + y * (end-start) * (in-1) / (out-1)` (`out == 1`: `(start+end)/2 * (in-1)`),
+    /// with `roi[axis] = (start, end)` as fractions of the input; an output whose `x` falls
+    /// outside `[0, in-1]` on any resized axis is `extrapolation` (converted to the dtype).
+    TfCropAndResize { roi: Vec<(f64, f64)>, extrapolation: f64 },
+}
+
+/// How nearest-mode [`Op::Resize`] rounds a non-integer coordinate (ONNX `nearest_mode`);
+/// the index is then clamped into the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ResizeNearest {
+    /// Halves round down (ONNX default).
+    RoundPreferFloor,
+    /// Halves round up.
+    RoundPreferCeil,
+    Floor,
+    Ceil,
+}
+
+/// Attributes of [`Op::ConvTranspose2d`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConvTranspose2dAttrs {
+    /// `[sh, sw]`.
+    pub stride: [usize; 2],
+    /// `[top, left, bottom, right]`: cropped off the full transposed-conv output.
+    pub padding: [usize; 4],
+    /// `[h, w]`: extra rows/columns added at the bottom/right of the output.
+    pub output_padding: [usize; 2],
+    /// `[dh, dw]`.
+    pub dilation: [usize; 2],
+    pub groups: usize,
+}
+
+/// Interpolation of [`Op::GridSample`] (ONNX `mode`: linear/bilinear, nearest, cubic/bicubic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GridSampleMode {
+    /// Taps `floor(x), floor(x)+1` per axis, weights `1-t, t`.
+    Bilinear,
+    /// The pixel at `x` rounded half to even.
+    Nearest,
+    /// Taps `floor(x)-1 ..= floor(x)+2` per axis, Keys weights with `a = -0.75`.
+    Bicubic,
+}
+
+/// What [`Op::GridSample`] reads outside the input (ONNX `padding_mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GridSamplePadding {
+    /// Taps outside read 0.
+    Zeros,
+    /// Coordinates outside the bounds are clamped to `[0, len-1]`, taps clamped likewise.
+    Border,
+    /// Coordinates outside the bounds are mirrored at them (repeatedly), taps likewise.
+    Reflection,
+}
+
+/// Attributes of [`Op::GridSample`]. A normalized coordinate `g` maps to the pixel coordinate
+/// `(g+1)/2 * (len-1)` with `align_corners` (bounds `[0, len-1]`), else `((g+1)*len - 1)/2`
+/// (bounds `[-0.5, len-0.5]`). Nearest rounds first; then Border/Reflection move a coordinate
+/// outside the bounds inside; then the taps are read with the padding rule (as ONNX's reference
+/// and onnxruntime do, also for bicubic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GridSampleAttrs {
+    pub mode: GridSampleMode,
+    pub padding: GridSamplePadding,
+    pub align_corners: bool,
+}
+
 /// Which pooling [`Op::Pool2d`] does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PoolKind {
@@ -278,6 +507,13 @@ impl Op {
             Op::Pad { .. } => "pad".into(),
             Op::Concat { .. } => "concat".into(),
             Op::Gather { .. } => "gather".into(),
+            Op::Cumulative { op: CumulativeOp::Sum, .. } => "cumsum".into(),
+            Op::Cumulative { op: CumulativeOp::Prod, .. } => "cumprod".into(),
+            Op::TopK { .. } => "topk".into(),
+            Op::GatherElements { .. } => "gather_elements".into(),
+            Op::ScatterElements { .. } => "scatter_elements".into(),
+            Op::GatherNd { .. } => "gather_nd".into(),
+            Op::ScatterNd { .. } => "scatter_nd".into(),
             Op::MatMul => "matmul".into(),
             Op::Conv2d(_) => "conv2d".into(),
             Op::Pool2d(p) => match p.kind {
@@ -290,6 +526,9 @@ impl Op {
             Op::BatchNorm { .. } => "batch_norm".into(),
             Op::Gelu { .. } => "gelu".into(),
             Op::Attention { .. } => "attention".into(),
+            Op::Resize(_) => "resize".into(),
+            Op::ConvTranspose2d(_) => "conv_transpose2d".into(),
+            Op::GridSample(_) => "grid_sample".into(),
         }
     }
 

@@ -101,6 +101,28 @@ pub fn op_attrs(op: &Op) -> String {
         Op::Concat { axis } | Op::Gather { axis } | Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             let _ = write!(s, "axis={axis}");
         }
+        Op::Cumulative { axis, exclusive, reverse, .. } => {
+            let _ = write!(s, "axis={axis}");
+            flag(&mut s, *exclusive, "exclusive");
+            flag(&mut s, *reverse, "reverse");
+        }
+        Op::TopK { axis, k, largest, sorted, output } => {
+            let _ = write!(s, "axis={axis} k={k}");
+            flag(&mut s, !*largest, "smallest");
+            flag(&mut s, !*sorted, "unsorted");
+            flag(&mut s, *output == crate::TopKOutput::Indices, "indices");
+        }
+        Op::GatherElements { axis } => {
+            let _ = write!(s, "axis={axis}");
+        }
+        Op::ScatterElements { axis, reduction } => {
+            let _ = write!(s, "axis={axis}");
+            scatter_reduction(&mut s, *reduction);
+        }
+        Op::GatherNd { batch_dims } => {
+            let _ = write!(s, "batch_dims={batch_dims}");
+        }
+        Op::ScatterNd { reduction } => scatter_reduction(&mut s, *reduction),
         Op::Conv2d(a) => {
             let _ = write!(s, "stride={:?} pad={:?}", a.stride, a.padding);
             if a.dilation != [1, 1] {
@@ -136,8 +158,56 @@ pub fn op_attrs(op: &Op) -> String {
                 let _ = write!(s, "scale={sc}");
             }
         }
+        Op::Resize(a) => resize_attrs(&mut s, a),
+        Op::ConvTranspose2d(a) => {
+            let _ = write!(s, "stride={:?} pad={:?}", a.stride, a.padding);
+            if a.output_padding != [0, 0] {
+                let _ = write!(s, " output_padding={:?}", a.output_padding);
+            }
+            if a.dilation != [1, 1] {
+                let _ = write!(s, " dilation={:?}", a.dilation);
+            }
+            if a.groups != 1 {
+                let _ = write!(s, " groups={}", a.groups);
+            }
+        }
+        Op::GridSample(a) => {
+            let _ = write!(s, "mode={:?} padding={:?}", a.mode, a.padding);
+            flag(&mut s, a.align_corners, "align_corners");
+        }
     }
     s
+}
+
+/// Appends ` reduction=add` etc. (nothing for plain replacement).
+fn scatter_reduction(s: &mut String, r: crate::ScatterReduction) {
+    if r != crate::ScatterReduction::None {
+        flag(s, true, &format!("reduction={}", format!("{r:?}").to_lowercase()));
+    }
+}
+
+/// `out_shape=[..] scales=[..] mode=.. coord=..` and the mode's own settings (nearest
+/// rounding, cubic `a`) and flags.
+fn resize_attrs(s: &mut String, a: &crate::ResizeAttrs) {
+    use crate::{ResizeCoord, ResizeMode};
+    let _ = write!(s, "out_shape={:?} scales={:?} mode={:?} coord=", a.out_shape, a.scales, a.mode);
+    let _ = match &a.coord {
+        ResizeCoord::TfCropAndResize { roi, extrapolation } => {
+            write!(s, "TfCropAndResize(roi={roi:?} extrapolation={extrapolation})")
+        }
+        c => write!(s, "{c:?}"),
+    };
+    match a.mode {
+        ResizeMode::Nearest => {
+            let _ = write!(s, " nearest={:?}", a.nearest);
+        }
+        ResizeMode::Cubic => {
+            let _ = write!(s, " cubic_a={}", a.cubic_a);
+        }
+        ResizeMode::Linear => {}
+    }
+    flag(s, a.exclude_outside, "exclude_outside");
+    flag(s, a.antialias, "antialias");
 }
 
 /// Appends ` name` (space-separated) when `on`.

@@ -1,7 +1,8 @@
 //! Dtype conversion.
 //!
 //! Each source type converts through a type of its kind that holds it exactly, so no value is
-//! rounded twice: f32/f16/bf16 through f32, f64 as itself, integers and bool through i64.
+//! rounded twice: f32/f16/bf16 through f32, f64 as itself, u64 as itself (it does not fit
+//! i64), other integers and bool through i64.
 //! Rust's `as` already has the float→integer semantics of [`kiln_ir::Op::Cast`] (truncate,
 //! saturate, NaN → 0); integer→integer wraps, as C and PyTorch do.
 
@@ -30,6 +31,8 @@ trait Src: Copy {
 trait Dst: Copy {
     /// From an integer: `as` (wrapping) for integers, nearest for floats, `!= 0` for bool.
     fn from_i64(x: i64) -> Self;
+    /// From a u64: `as` (wrapping) for integers, nearest for floats, `!= 0` for bool.
+    fn from_u64(x: u64) -> Self;
     /// From a float: truncating and saturating `as` (NaN → 0) for integers, nearest for
     /// floats, `!= 0` for bool.
     fn from_f64(x: f64) -> Self;
@@ -57,6 +60,10 @@ src!(
     i32 => from_i64(|x| x as i64),
     i8 => from_i64(|x| x as i64),
     u8 => from_i64(|x| x as i64),
+    i16 => from_i64(|x| x as i64),
+    u16 => from_i64(|x| x as i64),
+    u32 => from_i64(|x| x as i64),
+    u64 => from_u64(|x| x),
     bool => from_i64(|x| x as i64)
 );
 
@@ -64,18 +71,20 @@ macro_rules! dst_num {
     ($($t:ty),*) => {$(
         impl Dst for $t {
             #[inline(always)] fn from_i64(x: i64) -> Self { x as $t }
+            #[inline(always)] fn from_u64(x: u64) -> Self { x as $t }
             #[inline(always)] fn from_f64(x: f64) -> Self { x as $t }
             #[inline(always)] fn from_f32(x: f32) -> Self { x as $t }
         }
     )*};
 }
-dst_num!(i64, i32, i8, u8, f32, f64);
+dst_num!(i64, i32, i16, i8, u64, u32, u16, u8, f32, f64);
 
 macro_rules! dst_half {
     ($($t:ty),*) => {$(
         impl Dst for $t {
             // |x| > 2^53 rounds twice (through f64), at most one ulp off in a rare tie.
             #[inline(always)] fn from_i64(x: i64) -> Self { <$t>::from_f64(x as f64) }
+            #[inline(always)] fn from_u64(x: u64) -> Self { <$t>::from_f64(x as f64) }
             #[inline(always)] fn from_f64(x: f64) -> Self { <$t>::from_f64(x) }
             #[inline(always)] fn from_f32(x: f32) -> Self { <$t>::from_f32(x) }
         }
@@ -86,6 +95,10 @@ dst_half!(f16, bf16);
 impl Dst for bool {
     #[inline(always)]
     fn from_i64(x: i64) -> Self {
+        x != 0
+    }
+    #[inline(always)]
+    fn from_u64(x: u64) -> Self {
         x != 0
     }
     #[inline(always)]

@@ -23,6 +23,10 @@ pub fn unary(op: UnaryOp, x: &HostTensor, out_dtype: DType) -> Result<HostTensor
         DType::I32 => int_unary::<i32>(op, x, &name),
         DType::I8 => int_unary::<i8>(op, x, &name),
         DType::U8 => int_unary::<u8>(op, x, &name),
+        DType::I16 => int_unary::<i16>(op, x, &name),
+        DType::U16 => int_unary::<u16>(op, x, &name),
+        DType::U32 => int_unary::<u32>(op, x, &name),
+        DType::U64 => int_unary::<u64>(op, x, &name),
         DType::Bool => bool_unary(op, x, &name),
     }?;
     expect_dtype(out, out_dtype, &name)
@@ -55,6 +59,10 @@ pub fn binary(
         DType::I32 => int_binary::<i32>(op, a, b, shape, &name),
         DType::I8 => int_binary::<i8>(op, a, b, shape, &name),
         DType::U8 => int_binary::<u8>(op, a, b, shape, &name),
+        DType::I16 => int_binary::<i16>(op, a, b, shape, &name),
+        DType::U16 => int_binary::<u16>(op, a, b, shape, &name),
+        DType::U32 => int_binary::<u32>(op, a, b, shape, &name),
+        DType::U64 => int_binary::<u64>(op, a, b, shape, &name),
         DType::Bool => bool_binary(op, a, b, shape, &name),
     }?;
     expect_dtype(out, out_dtype, &name)
@@ -183,6 +191,27 @@ fn float_binary<T: FloatElem>(
         B::Div => map2(a, b, shape, name, lift2::<T>(|x, y| x / y)),
         // Rust's float `%` is C fmod: the sign of the dividend.
         B::Rem => map2(a, b, shape, name, lift2::<T>(|x, y| x % y)),
+        // Floor modulo from fmod: move a remainder whose sign differs from the divisor's by one
+        // divisor; a zero result takes the divisor's sign (as Python and NumPy).
+        B::Mod => {
+            let zero = T::C::ZERO;
+            map2(
+                a,
+                b,
+                shape,
+                name,
+                lift2::<T>(move |x, y| {
+                    let r = x % y;
+                    if r == zero {
+                        if y < zero { -zero } else { zero }
+                    } else if (r < zero) != (y < zero) {
+                        r + y
+                    } else {
+                        r
+                    }
+                }),
+            )
+        }
         B::Pow => map2(a, b, shape, name, lift2::<T>(|x, y| x.powf(y))),
         // The comparisons are false for NaN, so the `x != x` test makes NaN win from either side.
         B::Max => map2(a, b, shape, name, lift2::<T>(|x, y| if x > y || x.is_nan() { x } else { y })),
@@ -194,6 +223,7 @@ fn float_binary<T: FloatElem>(
         B::Gt => map2(a, b, shape, name, cmp2::<T>(|x, y| x > y)),
         B::Ge => map2(a, b, shape, name, cmp2::<T>(|x, y| x >= y)),
         B::And | B::Or | B::Xor => Err(bad_dtype(name, "bool or integer inputs", a)),
+        B::Shl | B::Shr => Err(bad_dtype(name, "integer inputs", a)),
     }
 }
 
@@ -210,7 +240,7 @@ fn int_binary<T: IntElem>(
         B::Add => map2(a, b, shape, name, |x: T, y: T| x.wadd(y)),
         B::Sub => map2(a, b, shape, name, |x: T, y: T| x.wsub(y)),
         B::Mul => map2(a, b, shape, name, |x: T, y: T| x.wmul(y)),
-        B::Div | B::Rem => {
+        B::Div | B::Rem | B::Mod => {
             // Every element of `b` reaches the output unless the output is empty.
             if !out_empty && any_element(b, name, |y: T| y == T::zero())? {
                 return Err(Error::Value(format!(
@@ -220,10 +250,10 @@ fn int_binary<T: IntElem>(
                     b.shape()
                 )));
             }
-            if op == B::Div {
-                map2(a, b, shape, name, |x: T, y: T| x.wdiv(y))
-            } else {
-                map2(a, b, shape, name, |x: T, y: T| x.wrem(y))
+            match op {
+                B::Div => map2(a, b, shape, name, |x: T, y: T| x.wdiv(y)),
+                B::Rem => map2(a, b, shape, name, |x: T, y: T| x.wrem(y)),
+                _ => map2(a, b, shape, name, |x: T, y: T| x.wmod(y)),
             }
         }
         B::Pow => {
@@ -248,6 +278,21 @@ fn int_binary<T: IntElem>(
         B::And => map2(a, b, shape, name, |x: T, y: T| x & y),
         B::Or => map2(a, b, shape, name, |x: T, y: T| x | y),
         B::Xor => map2(a, b, shape, name, |x: T, y: T| x ^ y),
+        B::Shl | B::Shr => {
+            if !out_empty && any_element(b, name, |y: T| y < T::zero())? {
+                return Err(Error::Value(format!(
+                    "{name}: negative shift amount ({} {:?} shifted by {:?}); shift amounts must be >= 0",
+                    a.dtype(),
+                    a.shape(),
+                    b.shape()
+                )));
+            }
+            if op == B::Shl {
+                map2(a, b, shape, name, |x: T, y: T| x.lshl(y))
+            } else {
+                map2(a, b, shape, name, |x: T, y: T| x.lshr(y))
+            }
+        }
     }
 }
 
@@ -263,7 +308,8 @@ fn bool_binary(op: BinaryOp, a: &HostTensor, b: &HostTensor, shape: &[usize], na
         B::Ge => map2(a, b, shape, name, |x: bool, y: bool| x | !y),
         B::Max | B::Or => map2(a, b, shape, name, |x: bool, y: bool| x | y),
         B::Min | B::And => map2(a, b, shape, name, |x: bool, y: bool| x & y),
-        B::Add | B::Sub | B::Mul | B::Div | B::Rem | B::Pow => Err(bad_dtype(name, "numeric inputs", a)),
+        B::Add | B::Sub | B::Mul | B::Div | B::Rem | B::Mod | B::Pow => Err(bad_dtype(name, "numeric inputs", a)),
+        B::Shl | B::Shr => Err(bad_dtype(name, "integer inputs", a)),
     }
 }
 
@@ -655,6 +701,12 @@ mod num {
         fn sign(self) -> Self;
         /// `self ** e` modulo 2^bits; 0 for a negative `e`.
         fn wpow(self, e: Self) -> Self;
+        /// Floor modulo (the sign of the divisor); 0 for a zero divisor.
+        fn wmod(self, o: Self) -> Self;
+        /// Logical `self << s`; 0 for `s` outside `0..bits`.
+        fn lshl(self, s: Self) -> Self;
+        /// Logical `self >> s` (zeros shift in, also for signed types); 0 for `s` outside `0..bits`.
+        fn lshr(self, s: Self) -> Self;
     }
 
     macro_rules! int_elem {
@@ -668,6 +720,28 @@ mod num {
                 #[inline(always)] fn wneg(self) -> Self { self.wrapping_neg() }
                 #[inline(always)] fn wabs(self) -> Self { let f: fn($t) -> $t = $abs; f(self) }
                 #[inline(always)] fn sign(self) -> Self { let f: fn($t) -> $t = $sign; f(self) }
+                #[inline(always)]
+                fn wmod(self, o: Self) -> Self {
+                    let z = <$t as Element>::zero();
+                    let r = self.wrem(o);
+                    if r != z && ((r < z) != (o < z)) { r.wrapping_add(o) } else { r }
+                }
+                #[inline(always)]
+                fn lshl(self, s: Self) -> Self {
+                    match u32::try_from(s) {
+                        Ok(s) if s < <$t>::BITS => self.wrapping_shl(s),
+                        _ => 0,
+                    }
+                }
+                #[inline(always)]
+                fn lshr(self, s: Self) -> Self {
+                    match u32::try_from(s) {
+                        // The mask clears the copies of the sign bit that `>>` shifts into signed types.
+                        Ok(0) => self,
+                        Ok(s) if s < <$t>::BITS => (self >> s) & !((!(0 as $t)) << (<$t>::BITS - s)),
+                        _ => 0,
+                    }
+                }
                 fn wpow(self, e: Self) -> Self {
                     #[allow(irrefutable_let_patterns)]
                     let Ok(mut e) = u64::try_from(e) else { return 0 };
@@ -687,5 +761,10 @@ mod num {
     int_elem!(i64, i64::wrapping_abs, i64::signum);
     int_elem!(i32, i32::wrapping_abs, i32::signum);
     int_elem!(i8, i8::wrapping_abs, i8::signum);
+    int_elem!(i16, i16::wrapping_abs, i16::signum);
+    // Unsigned: Abs is the identity, Sign is 0 or 1 (Neg wraps, through `wrapping_neg`).
     int_elem!(u8, |x| x, |x| x.min(1));
+    int_elem!(u16, |x| x, |x| x.min(1));
+    int_elem!(u32, |x| x, |x| x.min(1));
+    int_elem!(u64, |x| x, |x| x.min(1));
 }

@@ -32,6 +32,10 @@ pub fn matmul(a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Result<HostTen
         DType::I32 => int_matmul::<i32>(a, b, shape),
         DType::I8 => int_matmul::<i8>(a, b, shape),
         DType::U8 => int_matmul::<u8>(a, b, shape),
+        DType::I16 => int_matmul::<i16>(a, b, shape),
+        DType::U16 => int_matmul::<u16>(a, b, shape),
+        DType::U32 => int_matmul::<u32>(a, b, shape),
+        DType::U64 => int_matmul::<u64>(a, b, shape),
         DType::Bool => Err(Error::DType("matmul: needs numeric operands, got bool".into())),
     }
 }
@@ -400,7 +404,7 @@ macro_rules! wrap_int {
         }
     )*};
 }
-wrap_int!(i64, i32, i8, u8);
+wrap_int!(i64, i32, i16, i8, u64, u32, u16, u8);
 
 fn int_matmul<T: WrapInt>(a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Result<HostTensor> {
     check_in_bounds(a)?;

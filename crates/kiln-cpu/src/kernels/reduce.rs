@@ -10,8 +10,9 @@
 //!
 //! Floats fold in vector lanes of f32 (f64 for f64) over blocks of [`FLUSH`] elements, and
 //! the blocks' partial results are merged in f64, so f32/f16/bf16 sums stay accurate and round
-//! once at the end; integers accumulate in i64 with wrapping, which equals wrapping in the
-//! narrow type modulo 2^bits.
+//! once at the end; integers accumulate in i64 (u64 in u64) with wrapping, which equals
+//! wrapping in the narrow type modulo 2^bits: integer sum and prod wrap as the type does, and
+//! integer mean is the wrapped sum divided by the count, truncated.
 
 use super::elementwise::iter::{PAR_MIN, at, coalesce, elements, par_chunks};
 use kiln_ir::half::{bf16, f16};
@@ -40,6 +41,10 @@ pub fn reduce(op: ReduceOp, x: &HostTensor, axes: &[usize], keep_dims: bool, sha
         DType::I32 => reduce_t::<i32>(op, x, axes, shape, &name),
         DType::I8 => reduce_t::<i8>(op, x, axes, shape, &name),
         DType::U8 => reduce_t::<u8>(op, x, axes, shape, &name),
+        DType::I16 => reduce_t::<i16>(op, x, axes, shape, &name),
+        DType::U16 => reduce_t::<u16>(op, x, axes, shape, &name),
+        DType::U32 => reduce_t::<u32>(op, x, axes, shape, &name),
+        DType::U64 => reduce_t::<u64>(op, x, axes, shape, &name),
         DType::Bool => Err(Error::DType(format!("{name}: needs a numeric input, got bool {:?}", x.shape()))),
     }
 }
@@ -60,6 +65,10 @@ pub fn arg_reduce(op: ArgReduceOp, x: &HostTensor, axis: usize, select_last: boo
         DType::I32 => arg_t::<i32>(x, axis, is_max, select_last, shape, &name),
         DType::I8 => arg_t::<i8>(x, axis, is_max, select_last, shape, &name),
         DType::U8 => arg_t::<u8>(x, axis, is_max, select_last, shape, &name),
+        DType::I16 => arg_t::<i16>(x, axis, is_max, select_last, shape, &name),
+        DType::U16 => arg_t::<u16>(x, axis, is_max, select_last, shape, &name),
+        DType::U32 => arg_t::<u32>(x, axis, is_max, select_last, shape, &name),
+        DType::U64 => arg_t::<u64>(x, axis, is_max, select_last, shape, &name),
         DType::Bool => Err(Error::DType(format!("{name}: needs a numeric input, got bool {:?}", x.shape()))),
     }
 }
@@ -76,7 +85,7 @@ const COL_BLOCK: usize = 512;
 /// The column loop pays off once the contiguous kept run is at least this long.
 const COL_MIN: usize = 8;
 
-/// Arithmetic of the accumulator types (f32, f64, and i64 with wrapping).
+/// Arithmetic of the accumulator types (f32, f64, and i64/u64 with wrapping).
 trait Num: Copy + PartialOrd + Send + Sync + 'static {
     const ZERO: Self;
     const ONE: Self;
@@ -116,8 +125,24 @@ impl Num for i64 {
     }
 }
 
+impl Num for u64 {
+    const ZERO: u64 = 0;
+    const ONE: u64 = 1;
+    #[inline(always)]
+    fn add(self, o: u64) -> u64 {
+        self.wrapping_add(o)
+    }
+    #[inline(always)]
+    fn mul(self, o: u64) -> u64 {
+        self.wrapping_mul(o)
+    }
+    fn mean(self, n: usize) -> u64 {
+        if n == 0 { 0 } else { self / n as u64 }
+    }
+}
+
 /// A stored type that can be reduced: its fast lane type `F` (f32 for f32/f16/bf16, so
-/// lanes fill whole vectors), its wide type `W` (f64 for floats, i64 for integers, where
+/// lanes fill whole vectors), its wide type `W` (f64 for floats, i64 for integers (u64 for u64), where
 /// wrapping equals wrapping in the narrow type modulo 2^bits) and its extreme values.
 /// Conversions are spelled out per type because `Element`'s are not inlined across crates.
 trait RElem: Element {
@@ -168,6 +193,11 @@ relem!(i64, i64, i64, |x| x, |w| w, i64::MIN, i64::MAX);
 relem!(i32, i64, i64, |x| x as i64, |w| w as i32, i32::MIN, i32::MAX);
 relem!(i8, i64, i64, |x| x as i64, |w| w as i8, i8::MIN, i8::MAX);
 relem!(u8, i64, i64, |x| x as i64, |w| w as u8, u8::MIN, u8::MAX);
+relem!(i16, i64, i64, |x| x as i64, |w| w as i16, i16::MIN, i16::MAX);
+relem!(u16, i64, i64, |x| x as i64, |w| w as u16, u16::MIN, u16::MAX);
+relem!(u32, i64, i64, |x| x as i64, |w| w as u32, u32::MIN, u32::MAX);
+// u64 accumulates in itself: i64 lanes would order values above i64::MAX wrongly for max/min.
+relem!(u64, u64, u64, |x| x, |w| w, u64::MIN, u64::MAX);
 
 /// One reduction: an associative, commutative `step` on lane values `L` with identity
 /// `init`, whose partial results are widened and merged, then finished per output.

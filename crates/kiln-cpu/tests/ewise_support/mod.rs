@@ -108,6 +108,10 @@ pub fn ints(t: &HostTensor) -> Vec<i128> {
         DType::I32 => t.to_vec::<i32>().unwrap().into_iter().map(i128::from).collect(),
         DType::I8 => t.to_vec::<i8>().unwrap().into_iter().map(i128::from).collect(),
         DType::U8 => t.to_vec::<u8>().unwrap().into_iter().map(i128::from).collect(),
+        DType::I16 => t.to_vec::<i16>().unwrap().into_iter().map(i128::from).collect(),
+        DType::U16 => t.to_vec::<u16>().unwrap().into_iter().map(i128::from).collect(),
+        DType::U32 => t.to_vec::<u32>().unwrap().into_iter().map(i128::from).collect(),
+        DType::U64 => t.to_vec::<u64>().unwrap().into_iter().map(i128::from).collect(),
         DType::Bool => t.to_vec::<bool>().unwrap().into_iter().map(i128::from).collect(),
         d => panic!("ints() of a {d} tensor"),
     }
@@ -120,6 +124,10 @@ pub fn int_tensor(vals: &[i128], shape: &[usize], d: DType) -> HostTensor {
         DType::I32 => HostTensor::from_vec(vals.iter().map(|&v| v as i32).collect(), shape),
         DType::I8 => HostTensor::from_vec(vals.iter().map(|&v| v as i8).collect(), shape),
         DType::U8 => HostTensor::from_vec(vals.iter().map(|&v| v as u8).collect(), shape),
+        DType::I16 => HostTensor::from_vec(vals.iter().map(|&v| v as i16).collect(), shape),
+        DType::U16 => HostTensor::from_vec(vals.iter().map(|&v| v as u16).collect(), shape),
+        DType::U32 => HostTensor::from_vec(vals.iter().map(|&v| v as u32).collect(), shape),
+        DType::U64 => HostTensor::from_vec(vals.iter().map(|&v| v as u64).collect(), shape),
         DType::Bool => HostTensor::from_vec(vals.iter().map(|&v| v != 0).collect(), shape),
         d => panic!("int_tensor of {d}"),
     }
@@ -133,6 +141,10 @@ pub fn wrap(v: i128, d: DType) -> i128 {
         DType::I32 => v as i32 as i128,
         DType::I8 => v as i8 as i128,
         DType::U8 => v as u8 as i128,
+        DType::I16 => v as i16 as i128,
+        DType::U16 => v as u16 as i128,
+        DType::U32 => v as u32 as i128,
+        DType::U64 => v as u64 as i128,
         DType::Bool => (v != 0) as i128,
         d => panic!("wrap to {d}"),
     }
@@ -145,6 +157,10 @@ pub fn int_range(d: DType) -> (i128, i128) {
         DType::I32 => (i32::MIN as i128, i32::MAX as i128),
         DType::I8 => (i8::MIN as i128, i8::MAX as i128),
         DType::U8 => (0, 255),
+        DType::I16 => (i16::MIN as i128, i16::MAX as i128),
+        DType::U16 => (u16::MIN as i128, u16::MAX as i128),
+        DType::U32 => (u32::MIN as i128, u32::MAX as i128),
+        DType::U64 => (u64::MIN as i128, u64::MAX as i128),
         d => panic!("int_range of {d}"),
     }
 }
@@ -208,4 +224,5 @@ impl Lcg {
 
 /// The float dtypes and the integer dtypes.
 pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
-pub const INTS: [DType; 4] = [DType::I64, DType::I32, DType::I8, DType::U8];
+pub const INTS: [DType; 8] =
+    [DType::I64, DType::I32, DType::I16, DType::I8, DType::U64, DType::U32, DType::U16, DType::U8];

@@ -15,6 +15,10 @@ pub enum Storage {
     I32(Vec<i32>),
     I8(Vec<i8>),
     U8(Vec<u8>),
+    I16(Vec<i16>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
     Bool(Vec<bool>),
 }
 
@@ -30,6 +34,10 @@ impl Storage {
             Storage::I32(_) => DType::I32,
             Storage::I8(_) => DType::I8,
             Storage::U8(_) => DType::U8,
+            Storage::I16(_) => DType::I16,
+            Storage::U16(_) => DType::U16,
+            Storage::U32(_) => DType::U32,
+            Storage::U64(_) => DType::U64,
             Storage::Bool(_) => DType::Bool,
         }
     }
@@ -45,6 +53,10 @@ impl Storage {
             Storage::I32(v) => v.len(),
             Storage::I8(v) => v.len(),
             Storage::U8(v) => v.len(),
+            Storage::I16(v) => v.len(),
+            Storage::U16(v) => v.len(),
+            Storage::U32(v) => v.len(),
+            Storage::U64(v) => v.len(),
             Storage::Bool(v) => v.len(),
         }
     }
@@ -65,8 +77,45 @@ impl Storage {
             DType::I32 => Storage::I32(vec![0; n]),
             DType::I8 => Storage::I8(vec![0; n]),
             DType::U8 => Storage::U8(vec![0; n]),
+            DType::I16 => Storage::I16(vec![0; n]),
+            DType::U16 => Storage::U16(vec![0; n]),
+            DType::U32 => Storage::U32(vec![0; n]),
+            DType::U64 => Storage::U64(vec![0; n]),
             DType::Bool => Storage::Bool(vec![false; n]),
         }
+    }
+
+    /// Decodes little-endian bytes (as safetensors, ONNX `raw_data` and .npy hold them) into
+    /// typed storage; bool is `byte != 0`. Errors when the length is not a multiple of the size.
+    pub fn from_le_bytes(dtype: DType, b: &[u8]) -> crate::Result<Storage> {
+        if b.len() % dtype.size_of() != 0 {
+            return Err(crate::Error::Value(format!(
+                "{} bytes are not a whole number of {} elements",
+                b.len(),
+                dtype.name()
+            )));
+        }
+        /// Copies (rather than casts in place) so the bytes need no alignment.
+        fn collect<T: bytemuck::Pod>(b: &[u8]) -> Vec<T> {
+            let mut v = vec![T::zeroed(); b.len() / std::mem::size_of::<T>()];
+            bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(b);
+            v
+        }
+        Ok(match dtype {
+            DType::F32 => Storage::F32(collect(b)),
+            DType::F16 => Storage::F16(collect(b)),
+            DType::BF16 => Storage::BF16(collect(b)),
+            DType::F64 => Storage::F64(collect(b)),
+            DType::I64 => Storage::I64(collect(b)),
+            DType::I32 => Storage::I32(collect(b)),
+            DType::I8 => Storage::I8(collect(b)),
+            DType::U8 => Storage::U8(b.to_vec()),
+            DType::I16 => Storage::I16(collect(b)),
+            DType::U16 => Storage::U16(collect(b)),
+            DType::U32 => Storage::U32(collect(b)),
+            DType::U64 => Storage::U64(collect(b)),
+            DType::Bool => Storage::Bool(b.iter().map(|&x| x != 0).collect()),
+        })
     }
 
     /// The elements as raw little-endian bytes (for hashing and serialisation).
@@ -81,6 +130,10 @@ impl Storage {
             Storage::I32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
             Storage::I8(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
             Storage::U8(v) => Cow::Borrowed(v),
+            Storage::I16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            Storage::U16(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            Storage::U32(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+            Storage::U64(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
             Storage::Bool(v) => Cow::Owned(v.iter().map(|&b| b as u8).collect()),
         }
     }
@@ -96,6 +149,10 @@ impl Storage {
             Storage::I32(v) => v[i] as f64,
             Storage::I8(v) => v[i] as f64,
             Storage::U8(v) => v[i] as f64,
+            Storage::I16(v) => v[i] as f64,
+            Storage::U16(v) => v[i] as f64,
+            Storage::U32(v) => v[i] as f64,
+            Storage::U64(v) => v[i] as f64,
             Storage::Bool(v) => v[i] as u8 as f64,
         }
     }
@@ -168,6 +225,10 @@ element!(i64, I64, |x| x as f64, |x| x as i64, 0, 1);
 element!(i32, I32, |x| x as f64, |x| x as i32, 0, 1);
 element!(i8, I8, |x| x as f64, |x| x as i8, 0, 1);
 element!(u8, U8, |x| x as f64, |x| x as u8, 0, 1);
+element!(i16, I16, |x| x as f64, |x| x as i16, 0, 1);
+element!(u16, U16, |x| x as f64, |x| x as u16, 0, 1);
+element!(u32, U32, |x| x as f64, |x| x as u32, 0, 1);
+element!(u64, U64, |x| x as f64, |x| x as u64, 0, 1);
 element!(bool, Bool, |x| x as u8 as f64, |x| x != 0.0, false, true);
 
 /// Runs `$body` with `$T` bound to the Rust element type of `$dtype` (a [`DType`] value).
@@ -206,6 +267,22 @@ macro_rules! with_dtype {
             }
             $crate::DType::U8 => {
                 type $T = u8;
+                $body
+            }
+            $crate::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::DType::U64 => {
+                type $T = u64;
                 $body
             }
             $crate::DType::Bool => {

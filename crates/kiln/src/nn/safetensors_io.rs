@@ -26,6 +26,10 @@ fn to_kiln_dtype(d: Dtype) -> Option<DType> {
         Dtype::I32 => DType::I32,
         Dtype::I8 => DType::I8,
         Dtype::U8 => DType::U8,
+        Dtype::I16 => DType::I16,
+        Dtype::U16 => DType::U16,
+        Dtype::U32 => DType::U32,
+        Dtype::U64 => DType::U64,
         Dtype::BOOL => DType::Bool,
         _ => return None,
     })
@@ -41,6 +45,10 @@ fn to_st_dtype(d: DType) -> Dtype {
         DType::I32 => Dtype::I32,
         DType::I8 => Dtype::I8,
         DType::U8 => Dtype::U8,
+        DType::I16 => Dtype::I16,
+        DType::U16 => Dtype::U16,
+        DType::U32 => Dtype::U32,
+        DType::U64 => Dtype::U64,
         DType::Bool => Dtype::BOOL,
     }
 }
@@ -65,6 +73,10 @@ fn storage_from_bytes(dtype: DType, b: &[u8]) -> Storage {
         DType::I32 => Storage::I32(collect(b)),
         DType::I8 => Storage::I8(collect(b)),
         DType::U8 => Storage::U8(b.to_vec()),
+        DType::I16 => Storage::I16(collect(b)),
+        DType::U16 => Storage::U16(collect(b)),
+        DType::U32 => Storage::U32(collect(b)),
+        DType::U64 => Storage::U64(collect(b)),
         DType::Bool => Storage::Bool(b.iter().map(|&x| x != 0).collect()),
     }
 }

@@ -1,0 +1,232 @@
+//! Runs ONNX backend test cases (a folder with `model.onnx` and `test_data_set_*/{input,output}_N.pb`)
+//! through the importer and the reference interpreter, and compares with the expected outputs
+//! as ONNX's own backend runner does: same count, shape and dtype, then
+//! `|out - ref| <= atol + rtol * |ref|` elementwise, NaN equal to NaN.
+
+use crate::proto::TensorProto;
+use crate::tensor::tensor_from_proto;
+use crate::{OnnxModel, import_for_inputs};
+use kiln_ir::{Error, HostTensor, Result};
+use prost::Message;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The outcome of one case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Every output matched.
+    Pass,
+    /// kiln produced a wrong answer (or crashed): a bug.
+    Fail,
+    /// kiln refused the case with an error saying why (unsupported op, attribute, dtype...).
+    Unsupported,
+}
+
+impl Status {
+    /// `pass`, `fail` or `unsupported`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Fail => "fail",
+            Status::Unsupported => "unsupported",
+        }
+    }
+}
+
+/// The result of one case, as written to the JSON-lines report.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    pub case: String,
+    pub kind: String,
+    pub op: String,
+    pub status: Status,
+    pub message: String,
+}
+
+impl CaseResult {
+    /// One JSON object (a line of the report).
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "case": self.case, "kind": self.kind, "op": self.op,
+            "status": self.status.name(), "message": self.message,
+        })
+        .to_string()
+    }
+}
+
+/// Every case folder (one holding `model.onnx`) under `root`, sorted by path.
+pub fn discover(root: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        if dir.join("model.onnx").is_file() {
+            out.push(dir);
+            continue;
+        }
+        let entries = std::fs::read_dir(&dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+        for e in entries.flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Tolerances and labels of a case, from its `case.json` when present (written by
+/// `scripts/onnx_cases.py`), else ONNX's defaults.
+struct CaseInfo {
+    kind: String,
+    op: String,
+    rtol: f64,
+    atol: f64,
+}
+
+fn case_info(dir: &Path) -> CaseInfo {
+    let kind = dir
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut info = CaseInfo { kind, op: String::new(), rtol: 1e-3, atol: 1e-7 };
+    if let Ok(text) = std::fs::read_to_string(dir.join("case.json"))
+        && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+    {
+        if let Some(k) = v["kind"].as_str() {
+            info.kind = k.to_string();
+        }
+        if let Some(o) = v["op"].as_str() {
+            info.op = o.to_string();
+        }
+        info.rtol = v["rtol"].as_f64().unwrap_or(info.rtol);
+        info.atol = v["atol"].as_f64().unwrap_or(info.atol);
+    }
+    info
+}
+
+/// Runs the case in `dir`. Never panics: a panic inside kiln is caught and reported as a failure.
+pub fn run_case(dir: &Path) -> CaseResult {
+    let info = case_info(dir);
+    let case = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let outcome = std::panic::catch_unwind(|| run_case_inner(dir, &info));
+    let (status, message) = match outcome {
+        Ok(Ok(specialised)) if specialised.is_empty() => (Status::Pass, String::new()),
+        Ok(Ok(specialised)) => {
+            (Status::Pass, format!("with inputs fixed at import: {}", specialised.join(", ")))
+        }
+        Ok(Err(CaseError::Mismatch(m))) => (Status::Fail, m),
+        Ok(Err(CaseError::Refused(m))) => (Status::Unsupported, m),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            (Status::Fail, format!("panic: {msg}"))
+        }
+    };
+    CaseResult { case, kind: info.kind, op: info.op, status, message }
+}
+
+enum CaseError {
+    Mismatch(String),
+    Refused(String),
+}
+
+impl From<Error> for CaseError {
+    fn from(e: Error) -> Self {
+        CaseError::Refused(e.to_string())
+    }
+}
+
+fn read_pb(path: &Path) -> Result<HostTensor> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+    let t = TensorProto::decode(bytes.as_slice())
+        .map_err(|e| Error::Value(format!("{}: not a TensorProto ({e})", path.display())))?;
+    tensor_from_proto(&t, None)
+}
+
+fn data_sets(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_")))
+        .collect();
+    sets.sort();
+    Ok(sets)
+}
+
+/// Runs every data set of the case; returns the inputs that had to be fixed at import time.
+fn run_case_inner(dir: &Path, info: &CaseInfo) -> std::result::Result<Vec<String>, CaseError> {
+    let model = OnnxModel::load(&dir.join("model.onnx"))?;
+    let g = model.proto.graph.as_ref().ok_or_else(|| Error::Value("no graph".into()))?;
+    let declared_inputs: Vec<String> = g.input.iter().map(|v| v.name().to_string()).collect();
+    let outputs = model.outputs();
+    for o in &outputs {
+        if let Err(t) = &o.dtype {
+            return Err(CaseError::Refused(format!("output '{}' has type {t}, which kiln does not support", o.name)));
+        }
+    }
+    let sets = data_sets(dir)?;
+    if sets.is_empty() {
+        return Err(CaseError::Refused("the case has no test_data_set_*".into()));
+    }
+    let mut specialised = Vec::new();
+    for set in sets {
+        let mut inputs = HashMap::new();
+        for (j, name) in declared_inputs.iter().enumerate() {
+            let p = set.join(format!("input_{j}.pb"));
+            if p.exists() {
+                inputs.insert(name.clone(), read_pb(&p)?);
+            }
+        }
+        let (imported, bound) = import_for_inputs(&model, &inputs).map_err(|e| CaseError::Refused(e.to_string()))?;
+        let got = kiln_cpu::run(&imported.graph, &bound)?;
+        for (k, out_name) in imported.output_names.iter().enumerate() {
+            let p = set.join(format!("output_{k}.pb"));
+            let want = read_pb(&p)?;
+            compare(&got[k], &want, info.rtol, info.atol)
+                .map_err(|m| CaseError::Mismatch(format!("{}: output '{out_name}': {m}", set.display())))?;
+        }
+        specialised.extend(imported.specialised);
+    }
+    specialised.sort();
+    specialised.dedup();
+    Ok(specialised)
+}
+
+/// Compares `got` with `want` as ONNX's backend runner does; the error says what differs.
+pub fn compare(got: &HostTensor, want: &HostTensor, rtol: f64, atol: f64) -> std::result::Result<(), String> {
+    if got.shape() != want.shape() {
+        return Err(format!("shape {:?}, expected {:?}", got.shape(), want.shape()));
+    }
+    if got.dtype() != want.dtype() {
+        return Err(format!("dtype {}, expected {}", got.dtype(), want.dtype()));
+    }
+    let rtol = if got.dtype() == kiln_ir::DType::BF16 { rtol.max(1.0 / 64.0) } else { rtol };
+    let exact = !got.dtype().is_float();
+    let (a, b) = (got.to_f64_vec(), want.to_f64_vec());
+    let mut bad = 0;
+    let mut first = None;
+    for (i, (&x, &y)) in a.iter().zip(&b).enumerate() {
+        let ok = if exact {
+            x == y
+        } else if x.is_nan() || y.is_nan() {
+            x.is_nan() && y.is_nan()
+        } else if x.is_infinite() || y.is_infinite() {
+            x == y
+        } else {
+            (x - y).abs() <= atol + rtol * y.abs()
+        };
+        if !ok {
+            bad += 1;
+            first.get_or_insert((i, x, y));
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some((i, x, y)) => Err(format!("{bad} of {} elements differ; first at {i}: got {x}, expected {y}", a.len())),
+    }
+}
