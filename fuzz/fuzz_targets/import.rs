@@ -25,7 +25,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = model.opsets();
     let _ = model.op_histogram();
     let _ = model.unsupported_ops();
-    let Ok(imported) = import(&model, &ImportOptions::default()) else { return };
+    let Ok(imported) = import(&model, &ImportOptions::default()) else {
+        return;
+    };
     if let Some(inputs) = zero_inputs(&imported.graph) {
         let _ = kiln_cpu::run(&imported.graph, &inputs);
     }

@@ -353,7 +353,8 @@ pub struct Conv2dAttrs {
 /// Taps outside `0..in` read the edge element, or with `exclude_outside` get weight 0 and
 /// the rest is renormalized (nearest ignores `exclude_outside`, as onnxruntime). An axis whose
 /// scale is 1 (within 1e-9), whose length does not change and (for crop-and-resize) whose roi
-/// is (0, 1) is left as it is.
+/// is (0, 1) is left as it is. Taps of weight 0 are skipped, so a NaN/inf beside an exactly
+/// hit input does not leak into the output (ONNX's reference multiplies it by 0).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResizeAttrs {
     /// The output shape (one entry per input axis), fixed when the node is built.
@@ -389,9 +390,12 @@ pub enum ResizeCoord {
     HalfPixel,
     /// `x = in/2 * (1 - out / (scale*in)) + (y + 0.5) / scale - 0.5`.
     HalfPixelSymmetric,
-    /// `x = (y + 0.5) / scale - 0.5` when `out > 1`, else `0` (the ONNX spec and onnxruntime).
+    /// `x = (y + 0.5) / scale - 0.5` when `out > 1`, else `0` (the ONNX spec and onnxruntime;
+    /// ONNX's Python reference uses -0.5, which differs only for cubic).
     PytorchHalfPixel,
-    /// `x = y * (in - 1) / (out - 1)` (`0` when `out == 1`).
+    /// `x = y * (in - 1) / (out - 1)` (`0` when `out == 1`), with the integer `out` as the spec
+    /// and onnxruntime (ONNX's Python reference uses `scale * in`, which differs when that is
+    /// not a whole number).
     AlignCorners,
     /// `x = y / scale`.
     Asymmetric,
@@ -453,7 +457,9 @@ pub enum GridSamplePadding {
 /// `(g+1)/2 * (len-1)` with `align_corners` (bounds `[0, len-1]`), else `((g+1)*len - 1)/2`
 /// (bounds `[-0.5, len-0.5]`). Nearest rounds first; then Border/Reflection move a coordinate
 /// outside the bounds inside; then the taps are read with the padding rule (as ONNX's reference
-/// and onnxruntime do, also for bicubic).
+/// and onnxruntime do, also for bicubic). With align_corners on a size-1 axis reflection
+/// gives 0. A NaN coordinate gives NaN; an infinite one reads zeros (Zeros), the edge (Border)
+/// or NaN (Reflection).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GridSampleAttrs {
     pub mode: GridSampleMode,

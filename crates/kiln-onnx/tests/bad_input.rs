@@ -6,7 +6,7 @@ use kiln_onnx::proto::tensor_proto::DataLocation;
 use kiln_onnx::proto::tensor_shape_proto::{Dimension, dimension};
 use kiln_onnx::proto::type_proto::{self, Tensor};
 use kiln_onnx::proto::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
+    FunctionProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
     TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use kiln_onnx::tensor::tensor_to_proto;
@@ -19,7 +19,10 @@ const F32: i32 = 1;
 fn info(name: &str, dims: &[i64]) -> ValueInfoProto {
     let dim = dims
         .iter()
-        .map(|&n| Dimension { value: Some(dimension::Value::DimValue(n)), ..Default::default() })
+        .map(|&n| Dimension {
+            value: Some(dimension::Value::DimValue(n)),
+            ..Default::default()
+        })
         .collect();
     ValueInfoProto {
         name: Some(name.into()),
@@ -49,12 +52,18 @@ fn node(op: &str, domain: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto 
 fn proto(nodes: Vec<NodeProto>, inits: Vec<TensorProto>) -> ModelProto {
     ModelProto {
         ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
         graph: Some(GraphProto {
             node: nodes,
             initializer: inits,
             input: vec![info("x", &[2, 3])],
-            output: vec![ValueInfoProto { name: Some("y".into()), ..Default::default() }],
+            output: vec![ValueInfoProto {
+                name: Some("y".into()),
+                ..Default::default()
+            }],
             ..Default::default()
         }),
         ..Default::default()
@@ -179,16 +188,25 @@ fn op_in_an_unknown_domain_names_the_domain() {
 
     // Imported domain, op without a converter: named, and listed by unsupported_ops.
     let mut m = m;
-    m.opset_import.push(OperatorSetIdProto { domain: Some("com.example".into()), version: Some(1) });
+    m.opset_import.push(OperatorSetIdProto {
+        domain: Some("com.example".into()),
+        version: Some(1),
+    });
     let model = OnnxModel { proto: m, dir: None };
-    assert_eq!(model.unsupported_ops(), vec!["com.example::Frobnicate (opset 1)".to_string()]);
+    assert_eq!(
+        model.unsupported_ops(),
+        vec!["com.example::Frobnicate (opset 1)".to_string()]
+    );
     assert_has(&import_err_in(model), &["com.example::Frobnicate is not supported"]);
 }
 
 #[test]
 fn missing_initializer_names_the_value() {
     let m = proto(vec![node("Add", "", &["x", "bias"], &["y"])], vec![]);
-    assert_has(&import_err(m), &["Add", "value 'bias' is used before any node produces it"]);
+    assert_has(
+        &import_err(m),
+        &["Add", "value 'bias' is used before any node produces it"],
+    );
 }
 
 #[test]
@@ -207,10 +225,17 @@ fn cycles_are_reported_as_cycles() {
     assert_has(&import_err(m), &["input 'y' is produced by node 'Add_y'", "cycle"]);
     // Two nodes feeding each other.
     let m = proto(
-        vec![node("Add", "", &["x", "b"], &["a"]), node("Relu", "", &["a"], &["b"]), node("Relu", "", &["b"], &["y"])],
+        vec![
+            node("Add", "", &["x", "b"], &["a"]),
+            node("Relu", "", &["a"], &["b"]),
+            node("Relu", "", &["b"], &["y"]),
+        ],
         vec![],
     );
-    assert_has(&import_err(m), &["input 'b' is produced by node 'Relu_b' (Relu)", "cycle"]);
+    assert_has(
+        &import_err(m),
+        &["input 'b' is produced by node 'Relu_b' (Relu)", "cycle"],
+    );
 }
 
 #[test]
@@ -227,7 +252,10 @@ fn dims_claiming_a_trillion_elements_with_tiny_data_are_refused() {
         float_data: vec![1.0],
         ..Default::default()
     };
-    assert_has(&import_err(add_with(typed)), &["tensor 'w'", "holds 1 f32 values", "needs 1000000000000"]);
+    assert_has(
+        &import_err(add_with(typed)),
+        &["tensor 'w'", "holds 1 f32 values", "needs 1000000000000"],
+    );
 
     // Dims whose product overflows, also when a zero dim makes the count 0.
     let msg = import_err(add_with(raw_tensor("w", &[1 << 40, 1 << 40], vec![])));
@@ -277,7 +305,10 @@ fn external(location: &str, dims: &[i64], extra: &[(&str, &str)]) -> TensorProto
         data_location: Some(DataLocation::External as i32),
         external_data: kv
             .iter()
-            .map(|(k, v)| StringStringEntryProto { key: Some(k.to_string()), value: Some(v.to_string()) })
+            .map(|(k, v)| StringStringEntryProto {
+                key: Some(k.to_string()),
+                value: Some(v.to_string()),
+            })
             .collect(),
         ..Default::default()
     }
@@ -289,26 +320,50 @@ fn external_data_stays_inside_the_model_folder() {
     // Control: a file inside the folder is read.
     let w: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(dir.0.join("w.bin"), &w).unwrap();
-    let ok = OnnxModel { proto: add_with(external("w.bin", &[3], &[])), dir: Some(dir.0.clone()) };
+    let ok = OnnxModel {
+        proto: add_with(external("w.bin", &[3], &[])),
+        dir: Some(dir.0.clone()),
+    };
     let imp = import(&ok, &ImportOptions::default()).unwrap();
     let x = HostTensor::from_vec(vec![0.5f32; 6], &[2, 3]).unwrap();
     let y = kiln_cpu::run(&imp.graph, &[x]).unwrap();
     assert_eq!(y[0].to_f64_vec(), vec![1.5, 2.5, 3.5, 1.5, 2.5, 3.5]);
 
     let at = |loc: &str, dims: &[i64], extra: &[(&str, &str)]| {
-        import_err_in(OnnxModel { proto: add_with(external(loc, dims, extra)), dir: Some(dir.0.clone()) })
+        import_err_in(OnnxModel {
+            proto: add_with(external(loc, dims, extra)),
+            dir: Some(dir.0.clone()),
+        })
     };
     for loc in ["../../etc/passwd", "/etc/passwd", "sub/../../w.bin"] {
-        assert_has(&at(loc, &[3], &[]), &["tensor 'w'", loc, "must be a relative path inside the model's folder"]);
+        assert_has(
+            &at(loc, &[3], &[]),
+            &["tensor 'w'", loc, "must be a relative path inside the model's folder"],
+        );
     }
     // A length or offset that the file does not back.
-    assert_has(&at("w.bin", &[1_000_000, 1_000_000], &[]), &["run past the end of the file (12 bytes)"]);
-    assert_has(&at("w.bin", &[3], &[("offset", "8")]), &["12 bytes at offset 8 run past the end"]);
-    assert_has(&at("w.bin", &[3], &[("length", "4000000000000")]), &["external data length 4000000000000"]);
-    assert_has(&at("w.bin", &[3], &[("offset", "-1")]), &["offset=\"-1\" is not a number"]);
+    assert_has(
+        &at("w.bin", &[1_000_000, 1_000_000], &[]),
+        &["run past the end of the file (12 bytes)"],
+    );
+    assert_has(
+        &at("w.bin", &[3], &[("offset", "8")]),
+        &["12 bytes at offset 8 run past the end"],
+    );
+    assert_has(
+        &at("w.bin", &[3], &[("length", "4000000000000")]),
+        &["external data length 4000000000000"],
+    );
+    assert_has(
+        &at("w.bin", &[3], &[("offset", "-1")]),
+        &["offset=\"-1\" is not a number"],
+    );
     assert_has(&at("missing.bin", &[3], &[]), &["missing.bin"]);
     // A model decoded from bytes has no folder: external data is refused, not looked up in the cwd.
-    let m = OnnxModel { proto: add_with(external("w.bin", &[3], &[])), dir: None };
+    let m = OnnxModel {
+        proto: add_with(external("w.bin", &[3], &[])),
+        dir: None,
+    };
     assert_has(&import_err_in(m), &["not loaded from a file"]);
 }
 
@@ -317,11 +372,17 @@ fn inputs_of_the_wrong_shape_or_dtype_are_refused_at_run_time() {
     let m = OnnxModel::from_bytes(&good_bytes()).unwrap();
     let imp = import(&m, &ImportOptions::default()).unwrap();
     let g = &imp.graph;
-    let msg = kiln_cpu::run(g, &[HostTensor::zeros(DType::F32, &[3, 2])]).unwrap_err().to_string();
+    let msg = kiln_cpu::run(g, &[HostTensor::zeros(DType::F32, &[3, 2])])
+        .unwrap_err()
+        .to_string();
     assert_has(&msg, &["input 'x'", "[2, 3]"]);
-    let msg = kiln_cpu::run(g, &[HostTensor::zeros(DType::F32, &[2, 3, 1])]).unwrap_err().to_string();
+    let msg = kiln_cpu::run(g, &[HostTensor::zeros(DType::F32, &[2, 3, 1])])
+        .unwrap_err()
+        .to_string();
     assert_has(&msg, &["input 'x'"]);
-    let msg = kiln_cpu::run(g, &[HostTensor::zeros(DType::I64, &[2, 3])]).unwrap_err().to_string();
+    let msg = kiln_cpu::run(g, &[HostTensor::zeros(DType::I64, &[2, 3])])
+        .unwrap_err()
+        .to_string();
     assert_has(&msg, &["input 'x' must be f32, got i64"]);
     let msg = kiln_cpu::run(g, &[]).unwrap_err().to_string();
     assert_has(&msg, &["takes 1 inputs, 0 were given"]);
@@ -337,13 +398,73 @@ fn initializer_roundtrip_still_works() {
         float_data: vec![1.0, -2.0, 3.0],
         ..Default::default()
     };
-    let m = OnnxModel { proto: add_with(typed), dir: None };
+    let m = OnnxModel {
+        proto: add_with(typed),
+        dir: None,
+    };
     let imp = import(&m, &ImportOptions::default()).unwrap();
     let y = kiln_cpu::run(&imp.graph, &[HostTensor::zeros(DType::F32, &[2, 3])]).unwrap();
     assert_eq!(y[0].to_f64_vec(), vec![1.0, -2.0, 3.0, 1.0, -2.0, 3.0]);
     let raw = tensor_to_proto(&HostTensor::from_vec(vec![4.0f32, 5.0, 6.0], &[3]).unwrap(), "w");
-    let m = OnnxModel { proto: add_with(raw), dir: None };
+    let m = OnnxModel {
+        proto: add_with(raw),
+        dir: None,
+    };
     let imp = import(&m, &ImportOptions::default()).unwrap();
     let y = kiln_cpu::run(&imp.graph, &[HostTensor::zeros(DType::F32, &[2, 3])]).unwrap();
     assert_eq!(y[0].to_f64_vec(), vec![4.0, 5.0, 6.0, 4.0, 5.0, 6.0]);
+}
+
+/// Local functions `f0(x) = x + x` and `fk(x) = f(k-1)(f(k-1)(x))`, and a main graph `y = f{depth}(x)`.
+fn doubling_functions(depth: usize) -> ModelProto {
+    let mut m = proto(vec![node(&format!("f{depth}"), "local", &["x"], &["y"])], vec![]);
+    let body = |k: usize| {
+        if k == 0 {
+            return vec![node("Add", "", &["a", "a"], &["b"])];
+        }
+        let callee = format!("f{}", k - 1);
+        vec![
+            node(&callee, "local", &["a"], &["t"]),
+            node(&callee, "local", &["t"], &["b"]),
+        ]
+    };
+    m.functions = (0..=depth)
+        .map(|k| FunctionProto {
+            name: Some(format!("f{k}")),
+            domain: Some("local".into()),
+            input: vec!["a".into()],
+            output: vec!["b".into()],
+            node: body(k),
+            opset_import: vec![OperatorSetIdProto {
+                domain: Some(String::new()),
+                version: Some(17),
+            }],
+            ..Default::default()
+        })
+        .collect();
+    m
+}
+
+#[test]
+fn nested_function_calls_cannot_blow_up_the_graph() {
+    // Control: 2 levels inline to 4 Adds, y = 16 x.
+    let m = OnnxModel {
+        proto: doubling_functions(2),
+        dir: None,
+    };
+    let imp = import(&m, &ImportOptions::default()).unwrap();
+    let x = HostTensor::from_vec(vec![1.0f32, -2.0, 0.5, 0.0, 3.0, -1.0], &[2, 3]).unwrap();
+    let y = kiln_cpu::run(&imp.graph, &[x]).unwrap();
+    assert_eq!(y[0].to_f64_vec(), vec![16.0, -32.0, 8.0, 0.0, 48.0, -16.0]);
+
+    // 40 levels would be 2^40 nodes from a file of a few kB: refused before any work.
+    let start = std::time::Instant::now();
+    let msg = import_err(doubling_functions(40));
+    assert_has(&msg, &["inlining function 'f40' (1099511627776 nodes", "inlined nodes"]);
+    assert!(start.elapsed().as_secs() < 5, "the refusal took {:?}", start.elapsed());
+
+    // A function that calls itself.
+    let mut m = doubling_functions(0);
+    m.functions[0].node = vec![node("f0", "local", &["a"], &["b"])];
+    assert_has(&import_err(m), &["function 'f0' (unboundedly many nodes"]);
 }

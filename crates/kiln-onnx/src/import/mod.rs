@@ -3,6 +3,7 @@
 //! then keeps only what the outputs need.
 
 pub mod attrs;
+mod control;
 mod ctx;
 pub mod ops;
 mod prune;
@@ -268,6 +269,10 @@ fn convert_node(
 ) -> Result<Vec<Val>> {
     if let Some(f) = env.functions.get(&(node.domain().to_string(), node.op_type().to_string())) {
         return inline_function(ctx, node, f, env);
+    }
+    if domain.is_empty() && control::is_control(node.op_type()) {
+        ctx.opset = opset.unwrap_or(0);
+        return control::convert(ctx, node, env);
     }
     let opset = opset.ok_or_else(|| {
         Error::Unsupported(format!(

@@ -8,10 +8,12 @@ use kiln_ir::Result;
 
 mod einsum;
 mod elementwise;
+mod misc;
 mod nn;
 mod recurrent;
 mod reduce;
 mod shape;
+mod signal;
 mod transformer;
 
 /// Converts one node: `(ctx, node) -> outputs`.
@@ -19,6 +21,9 @@ pub type Convert = fn(&mut Ctx, &NodeProto) -> Result<Vec<Val>>;
 
 /// The converter for `op_type` in `domain` (`""` is ai.onnx), if kiln has one.
 pub fn lookup(domain: &str, op_type: &str) -> Option<Convert> {
+    if domain == "ai.onnx.ml" {
+        return misc::lookup_ml(op_type);
+    }
     if !domain.is_empty() && domain != "ai.onnx" {
         return None;
     }
@@ -29,4 +34,6 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Convert> {
         .or_else(|| transformer::lookup(op_type))
         .or_else(|| recurrent::lookup(op_type))
         .or_else(|| einsum::lookup(op_type))
+        .or_else(|| misc::lookup(op_type))
+        .or_else(|| signal::lookup(op_type))
 }
