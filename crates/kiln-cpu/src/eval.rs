@@ -27,6 +27,7 @@ pub fn eval(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor> {
         Op::Binary(b) => elementwise::binary(*b, x, inputs[1], out.dtype, &shape),
         Op::Where => elementwise::where_(x, inputs[1], inputs[2], &shape),
         Op::Cast(d) => cast::cast(x, *d),
+        Op::BitCast(d) => crate::kernels::bitcast::bitcast(x, *d),
         Op::Reduce { op, axes, keep_dims } => reduce::reduce(*op, x, axes, *keep_dims, &shape),
         Op::ArgReduce { op, axis, select_last, .. } => {
             reduce::arg_reduce(*op, x, *axis, *select_last, &shape)
@@ -61,5 +62,7 @@ pub fn eval(op: &Op, inputs: &[&HostTensor]) -> Result<HostTensor> {
             crate::kernels::conv_transpose::conv_transpose2d(a, x, inputs[1], inputs.get(2).copied(), &shape)
         }
         Op::GridSample(a) => crate::kernels::grid_sample::grid_sample(a, x, inputs[1], &shape),
+        Op::EncodeLowp { to, saturate } => crate::kernels::lowp::encode(x, *to, *saturate),
+        Op::DecodeLowp { from } => crate::kernels::lowp::decode(x, *from),
     }
 }

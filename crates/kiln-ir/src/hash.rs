@@ -209,6 +209,10 @@ fn encode_op(e: &mut Enc, op: &Op) {
             e.u8(5);
             e.bytes(d.name().as_bytes());
         }
+        Op::BitCast(d) => {
+            e.u8(210);
+            e.bytes(d.name().as_bytes());
+        }
         Op::Reduce { op, axes, keep_dims } => {
             e.u8(6);
             e.u8(match op {
@@ -411,6 +415,15 @@ fn encode_op(e: &mut Enc, op: &Op) {
             e.u8(a.mode as u8);
             e.u8(a.padding as u8);
             e.bool(a.align_corners);
+        }
+        Op::EncodeLowp { to, saturate } => {
+            e.u8(200);
+            e.bytes(to.name().as_bytes());
+            e.bool(*saturate);
+        }
+        Op::DecodeLowp { from } => {
+            e.u8(201);
+            e.bytes(from.name().as_bytes());
         }
     }
 }

@@ -118,6 +118,17 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType> {
             arity(1, 1)?;
             Ok(TensorType { dtype: *d, shape: inputs[0].shape.clone() })
         }
+        Op::BitCast(d) => {
+            arity(1, 1)?;
+            let from = inputs[0].dtype;
+            if *d == DType::Bool || from.size_of() != d.size_of() {
+                return Err(Error::DType(format!(
+                    "{}: cannot reinterpret {from} as {d} (the sizes must match and the result cannot be bool)",
+                    ctx()
+                )));
+            }
+            Ok(TensorType { dtype: *d, shape: inputs[0].shape.clone() })
+        }
         Op::Reduce { op: r, axes, keep_dims } => {
             arity(1, 1)?;
             let t = inputs[0];
@@ -450,6 +461,23 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType> {
             float_only(inputs[0])?;
             float_only(inputs[1])?;
             grid_sample_type(inputs[0], inputs[1], &ctx())
+        }
+        Op::EncodeLowp { to, .. } => {
+            arity(1, 1)?;
+            Ok(TensorType { dtype: to.pattern_dtype(), shape: inputs[0].shape.clone() })
+        }
+        Op::DecodeLowp { from } => {
+            arity(1, 1)?;
+            if inputs[0].dtype != from.pattern_dtype() {
+                return Err(Error::DType(format!(
+                    "{}: {} patterns are held as {}, got {}",
+                    ctx(),
+                    from.name(),
+                    from.pattern_dtype(),
+                    inputs[0].dtype
+                )));
+            }
+            Ok(TensorType { dtype: DType::F32, shape: inputs[0].shape.clone() })
         }
     }
 }

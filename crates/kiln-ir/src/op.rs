@@ -26,6 +26,10 @@ pub enum Op {
     /// Converts to `DType`, 1 input. Float→int truncates toward zero and saturates (NaN → 0);
     /// anything→bool is `x != 0`; bool→number is 0/1.
     Cast(DType),
+    /// Reinterprets each element's bits as `DType` (ONNX BitCast), 1 input; both dtypes have
+    /// the same size, and the result cannot be bool (not every byte is a valid bool). A bool
+    /// input reads as the bytes 0 and 1. Same shape; bit patterns (NaN payloads too) are kept.
+    BitCast(DType),
     /// Reduces `axes` (sorted, unique, non-negative), 1 input. `keep_dims` keeps them as size 1.
     /// An empty axis list reduces nothing (identity). Empty reductions give the op's identity:
     /// sum 0, prod 1, max the lowest value (-inf for floats), min the highest, mean NaN.
@@ -136,6 +140,94 @@ pub enum Op {
     /// positions in `[-1, 1]` (x along W). Output `[N, C, Hout, Wout]` in x's dtype. See
     /// [`GridSampleAttrs`].
     GridSample(GridSampleAttrs),
+    /// Encodes numbers as an ONNX low-precision type `to`, 1 numeric (or bool) input; the result
+    /// has its shape and dtype `to.pattern_dtype()`: one element per byte (packing is a file
+    /// matter). Floats: the code of the value rounded to nearest, ties to even (from f64, or
+    /// f32 for E8M0); NaN → the type's NaN (F4E2M1 has none: 0). Overflow (a rounded magnitude
+    /// above the type's max, or ±Inf): with `saturate` the signed max; without it Inf for
+    /// F8E5M2 and NaN for the other float8 types (ONNX Cast tables); F4E2M1 always saturates.
+    /// -0 keeps its sign except in the FNUZ types (no -0). F8E8M0 (ONNX `round_mode=up`) is
+    /// the smallest power of two >= |x| (of x as f32, codes 2^-127..2^127); 0 gives the
+    /// smallest code, NaN gives NaN, Inf gives the max with `saturate` else NaN, and
+    /// rounding past the max gives the max with `saturate` else NaN. Integers (I4/U4/I2/U2):
+    /// truncation toward zero, then the low bits in two's complement (wrapping as ONNX's
+    /// reference casts do; NaN/±Inf → 0); I4/I2 results are sign-extended into I8.
+    EncodeLowp { to: LowpType, saturate: bool },
+    /// Decodes bit patterns of the ONNX low-precision type `from` (as [`Op::EncodeLowp`] makes
+    /// them: U8, or I8 for I4/I2) into their f32 values, 1 input, same shape.
+    DecodeLowp { from: LowpType },
+}
+
+/// An ONNX element type narrower than any kiln dtype, held in kiln as one byte per element
+/// (see [`Op::EncodeLowp`]): float8 (E4M3FN max 448, E4M3FNUZ max 240, E5M2 max 57344 with
+/// Inf, E5M2FNUZ max 57344, E8M0 powers of two 2^-127..2^127), float4 E2M1 (max 6), and
+/// 4-bit/2-bit integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LowpType {
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    F8E8M0,
+    F4E2M1,
+    I4,
+    U4,
+    I2,
+    U2,
+}
+
+impl LowpType {
+    /// Every low-precision type (for tests and lookups).
+    pub const ALL: [LowpType; 10] = [
+        LowpType::F8E4M3FN,
+        LowpType::F8E4M3FNUZ,
+        LowpType::F8E5M2,
+        LowpType::F8E5M2FNUZ,
+        LowpType::F8E8M0,
+        LowpType::F4E2M1,
+        LowpType::I4,
+        LowpType::U4,
+        LowpType::I2,
+        LowpType::U2,
+    ];
+
+    /// The lowercase name (`f8e4m3fn`, `i4`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            LowpType::F8E4M3FN => "f8e4m3fn",
+            LowpType::F8E4M3FNUZ => "f8e4m3fnuz",
+            LowpType::F8E5M2 => "f8e5m2",
+            LowpType::F8E5M2FNUZ => "f8e5m2fnuz",
+            LowpType::F8E8M0 => "f8e8m0",
+            LowpType::F4E2M1 => "f4e2m1",
+            LowpType::I4 => "i4",
+            LowpType::U4 => "u4",
+            LowpType::I2 => "i2",
+            LowpType::U2 => "u2",
+        }
+    }
+
+    /// Bits per element in files (8, 4 or 2).
+    pub fn bits(self) -> u32 {
+        match self {
+            LowpType::F4E2M1 | LowpType::I4 | LowpType::U4 => 4,
+            LowpType::I2 | LowpType::U2 => 2,
+            _ => 8,
+        }
+    }
+
+    /// An integer type (its patterns are its values).
+    pub fn is_int(self) -> bool {
+        matches!(self, LowpType::I4 | LowpType::U4 | LowpType::I2 | LowpType::U2)
+    }
+
+    /// The kiln dtype holding one element: I8 (the value) for I4/I2, else U8.
+    pub fn pattern_dtype(self) -> DType {
+        match self {
+            LowpType::I4 | LowpType::I2 => DType::I8,
+            _ => DType::U8,
+        }
+    }
 }
 
 /// Elementwise functions of one argument.
@@ -504,6 +596,7 @@ impl Op {
             Op::Binary(b) => format!("{b:?}").to_lowercase(),
             Op::Where => "where".into(),
             Op::Cast(_) => "cast".into(),
+            Op::BitCast(_) => "bitcast".into(),
             Op::Reduce { op, .. } => format!("reduce_{op:?}").to_lowercase(),
             Op::ArgReduce { op, .. } => format!("{op:?}").to_lowercase(),
             Op::Reshape(_) => "reshape".into(),
@@ -535,6 +628,8 @@ impl Op {
             Op::Resize(_) => "resize".into(),
             Op::ConvTranspose2d(_) => "conv_transpose2d".into(),
             Op::GridSample(_) => "grid_sample".into(),
+            Op::EncodeLowp { .. } => "encode_lowp".into(),
+            Op::DecodeLowp { .. } => "decode_lowp".into(),
         }
     }
 

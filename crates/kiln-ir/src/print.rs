@@ -71,6 +71,9 @@ pub fn op_attrs(op: &Op) -> String {
         Op::Cast(d) => {
             let _ = write!(s, "to={d}");
         }
+        Op::BitCast(d) => {
+            let _ = write!(s, "to={d}");
+        }
         Op::Reduce { axes, keep_dims, .. } => {
             let _ = write!(s, "axes={axes:?}");
             flag(&mut s, *keep_dims, "keep_dims");
@@ -174,6 +177,13 @@ pub fn op_attrs(op: &Op) -> String {
         Op::GridSample(a) => {
             let _ = write!(s, "mode={:?} padding={:?}", a.mode, a.padding);
             flag(&mut s, a.align_corners, "align_corners");
+        }
+        Op::EncodeLowp { to, saturate } => {
+            let _ = write!(s, "to={}", to.name());
+            flag(&mut s, *saturate, "saturate");
+        }
+        Op::DecodeLowp { from } => {
+            let _ = write!(s, "from={}", from.name());
         }
     }
     s

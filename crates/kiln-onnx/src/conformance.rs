@@ -5,7 +5,9 @@
 
 use crate::proto::TensorProto;
 use crate::tensor::tensor_from_proto;
-use crate::{OnnxModel, import_for_inputs};
+use crate::import::{InputValue, OutputKind};
+use crate::model::{Container, ValueInfo};
+use crate::{OnnxModel, import_for_values};
 use kiln_ir::{Error, HostTensor, Result};
 use prost::Message;
 use std::collections::HashMap;
@@ -144,7 +146,119 @@ fn read_pb(path: &Path) -> Result<HostTensor> {
     let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
     let t = TensorProto::decode(bytes.as_slice())
         .map_err(|e| Error::Value(format!("{}: not a TensorProto ({e})", path.display())))?;
-    tensor_from_proto(&t, None)
+    // Low-precision tensors (float8, int4...) read as kiln holds them: their patterns.
+    crate::lowp::tensor_from_proto_lowp(&t, None).map(|(t, _)| t)
+}
+
+/// The values of a low-precision output (or expected output) `t` of type `lt`, for comparing
+/// by value as ONNX's runner does.
+fn decode_lowp(t: &HostTensor, lt: Option<kiln_ir::LowpType>) -> Result<HostTensor> {
+    match lt {
+        Some(from) => kiln_cpu::eval(&kiln_ir::Op::DecodeLowp { from }, &[t]),
+        None => Ok(t.clone()),
+    }
+}
+
+/// `SequenceProto` of ONNX's `onnx-data.proto` (test data of sequence values), which the
+/// vendored `onnx.proto` does not define; fields kiln does not read are skipped.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SequenceProto {
+    #[prost(int32, optional, tag = "2")]
+    elem_type: Option<i32>,
+    #[prost(message, repeated, tag = "3")]
+    tensor_values: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "5")]
+    sequence_values: Vec<SequenceProto>,
+    #[prost(message, repeated, tag = "7")]
+    optional_values: Vec<OptionalProto>,
+}
+
+/// `OptionalProto` of `onnx-data.proto` (test data of optional values).
+#[derive(Clone, PartialEq, prost::Message)]
+struct OptionalProto {
+    #[prost(int32, optional, tag = "2")]
+    elem_type: Option<i32>,
+    #[prost(message, optional, tag = "3")]
+    tensor_value: Option<TensorProto>,
+    #[prost(message, optional, boxed, tag = "5")]
+    sequence_value: Option<Box<SequenceProto>>,
+    #[prost(message, optional, boxed, tag = "7")]
+    optional_value: Option<Box<OptionalProto>>,
+}
+
+/// Reads a test-data file as the type `info` declares (`None`: a tensor): a `TensorProto`,
+/// `SequenceProto` or `OptionalProto`, as ONNX's backend runner does.
+fn read_value(path: &Path, info: Option<&ValueInfo>) -> Result<InputValue> {
+    let bad = |what: &str, e: prost::DecodeError| Error::Value(format!("{}: not a {what} ({e})", path.display()));
+    match info.map(|i| &i.container) {
+        None | Some(Container::None) => read_pb(path).map(InputValue::Tensor),
+        Some(Container::Sequence(_)) => {
+            let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+            let s = SequenceProto::decode(bytes.as_slice()).map_err(|e| bad("SequenceProto", e))?;
+            sequence_value(&s, path)
+        }
+        Some(Container::Optional(_)) => {
+            let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: {e}", path.display())))?;
+            let o = OptionalProto::decode(bytes.as_slice()).map_err(|e| bad("OptionalProto", e))?;
+            optional_value(&o, path)
+        }
+    }
+}
+
+fn sequence_value(s: &SequenceProto, path: &Path) -> Result<InputValue> {
+    if !s.sequence_values.is_empty() || !s.optional_values.is_empty() || !matches!(s.elem_type, None | Some(0 | 1)) {
+        return Err(Error::Unsupported(format!("{}: a sequence of non-tensors", path.display())));
+    }
+    let ts = s.tensor_values.iter().map(|t| tensor_from_proto(t, None)).collect::<Result<Vec<_>>>()?;
+    Ok(InputValue::Sequence(ts))
+}
+
+fn optional_value(o: &OptionalProto, path: &Path) -> Result<InputValue> {
+    let missing = || Error::Value(format!("{}: an OptionalProto without the value its elem_type names", path.display()));
+    let v = match o.elem_type.unwrap_or(0) {
+        0 => None,
+        1 => Some(InputValue::Tensor(tensor_from_proto(o.tensor_value.as_ref().ok_or_else(missing)?, None)?)),
+        3 => Some(sequence_value(o.sequence_value.as_deref().ok_or_else(missing)?, path)?),
+        t => return Err(Error::Unsupported(format!("{}: an optional of ONNX data type {t}", path.display()))),
+    };
+    Ok(InputValue::Optional(v.map(Box::new)))
+}
+
+/// Compares the graph outputs that ONNX output `kind` became (from `got[*next]` on; `next`
+/// moves past them) with the expected value.
+fn compare_value(
+    kind: &OutputKind,
+    want: &InputValue,
+    got: &[HostTensor],
+    next: &mut usize,
+    rtol: f64,
+    atol: f64,
+) -> std::result::Result<(), String> {
+    let mut take = |w: &HostTensor| -> std::result::Result<(), String> {
+        let g = got.get(*next).ok_or_else(|| "kiln's graph has fewer outputs than expected".to_string())?;
+        *next += 1;
+        compare(g, w, rtol, atol)
+    };
+    match (kind, want) {
+        (OutputKind::Optional(None), InputValue::Optional(None)) => Ok(()),
+        (OutputKind::Optional(None), _) => Err("kiln's optional is empty, but a value is expected".into()),
+        (_, InputValue::Optional(None)) => Err("an empty optional is expected, but kiln has a value".into()),
+        (OutputKind::Optional(Some(k)), InputValue::Optional(Some(w))) => compare_value(k, w, got, next, rtol, atol),
+        (OutputKind::Optional(Some(k)), w) => compare_value(k, w, got, next, rtol, atol),
+        (k, InputValue::Optional(Some(w))) => compare_value(k, w, got, next, rtol, atol),
+        (OutputKind::Tensor, InputValue::Tensor(w)) => take(w),
+        (OutputKind::Sequence(n), InputValue::Sequence(ws)) => {
+            if *n != ws.len() {
+                return Err(format!("a sequence of {n} elements, expected {}", ws.len()));
+            }
+            for (i, w) in ws.iter().enumerate() {
+                take(w).map_err(|m| format!("element {i}: {m}"))?;
+            }
+            Ok(())
+        }
+        (OutputKind::Tensor, InputValue::Sequence(_)) => Err("a tensor, expected a sequence".into()),
+        (OutputKind::Sequence(_), InputValue::Tensor(_)) => Err("a sequence, expected a tensor".into()),
+    }
 }
 
 fn data_sets(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -165,7 +279,8 @@ fn run_case_inner(dir: &Path, info: &CaseInfo) -> std::result::Result<Vec<String
     let declared_inputs: Vec<String> = g.input.iter().map(|v| v.name().to_string()).collect();
     let outputs = model.outputs();
     for o in &outputs {
-        if let Err(t) = &o.dtype {
+        let lowp = g.output.iter().find(|v| v.name() == o.name).and_then(crate::lowp::declared_lowp);
+        if let (Err(t), Container::None, None) = (&o.dtype, &o.container, lowp) {
             return Err(CaseError::Refused(format!("output '{}' has type {t}, which kiln does not support", o.name)));
         }
     }
@@ -173,22 +288,29 @@ fn run_case_inner(dir: &Path, info: &CaseInfo) -> std::result::Result<Vec<String
     if sets.is_empty() {
         return Err(CaseError::Refused("the case has no test_data_set_*".into()));
     }
+    let declared: HashMap<String, ValueInfo> = model.inputs().into_iter().map(|v| (v.name.clone(), v)).collect();
     let mut specialised = Vec::new();
     for set in sets {
         let mut inputs = HashMap::new();
         for (j, name) in declared_inputs.iter().enumerate() {
             let p = set.join(format!("input_{j}.pb"));
             if p.exists() {
-                inputs.insert(name.clone(), read_pb(&p)?);
+                inputs.insert(name.clone(), read_value(&p, declared.get(name))?);
             }
         }
-        let (imported, bound) = import_for_inputs(&model, &inputs).map_err(|e| CaseError::Refused(e.to_string()))?;
+        let (imported, bound) = import_for_values(&model, &inputs).map_err(|e| CaseError::Refused(e.to_string()))?;
         let got = kiln_cpu::run(&imported.graph, &bound)?;
-        for (k, out_name) in imported.output_names.iter().enumerate() {
-            let p = set.join(format!("output_{k}.pb"));
-            let want = read_pb(&p)?;
-            compare(&got[k], &want, info.rtol, info.atol)
-                .map_err(|m| CaseError::Mismatch(format!("{}: output '{out_name}': {m}", set.display())))?;
+        let got = (got.iter().enumerate())
+            .map(|(i, t)| decode_lowp(t, imported.output_types.get(i).copied().flatten()))
+            .collect::<Result<Vec<_>>>()?;
+        let mut next = 0;
+        for (k, (kind, out)) in imported.output_kinds.iter().zip(&outputs).enumerate() {
+            let mut want = read_value(&set.join(format!("output_{k}.pb")), Some(out))?;
+            if let (InputValue::Tensor(w), Some(lt)) = (&want, g.output.get(k).and_then(crate::lowp::declared_lowp)) {
+                want = InputValue::Tensor(decode_lowp(w, Some(lt))?);
+            }
+            compare_value(kind, &want, &got, &mut next, info.rtol, info.atol)
+                .map_err(|m| CaseError::Mismatch(format!("{}: output '{}': {m}", set.display(), out.name)))?;
         }
         specialised.extend(imported.specialised);
     }

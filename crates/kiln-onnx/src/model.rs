@@ -31,6 +31,20 @@ pub struct ValueInfo {
     pub dtype: std::result::Result<DType, String>,
     /// The dims, `None` when the rank is not declared.
     pub dims: Option<Vec<DeclaredDim>>,
+    /// For a sequence or optional value, the declared type of what it holds (`dtype` then says
+    /// `sequence`/`optional`): the importer expands these into tensors at import time.
+    pub container: Container,
+}
+
+/// Whether a declared value holds other values (ONNX sequence and optional types).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Container {
+    /// A tensor, or a type kiln cannot hold (see [`ValueInfo::dtype`]).
+    None,
+    /// `seq(T)`: a list of values of the element type.
+    Sequence(Box<ValueInfo>),
+    /// `optional(T)`: a value of the element type, or nothing.
+    Optional(Box<ValueInfo>),
 }
 
 impl ValueInfo {
@@ -180,8 +194,18 @@ pub(crate) fn op_key(domain: &str, op: &str) -> String {
 }
 
 fn value_info(v: &ValueInfoProto) -> ValueInfo {
-    let name = v.name().to_string();
-    let (dtype, dims) = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+    type_info(v.name().to_string(), v.r#type.as_ref())
+}
+
+/// The declared type `t` of a value named `name` (sequence and optional element types too).
+fn type_info(name: String, t: Option<&crate::proto::TypeProto>) -> ValueInfo {
+    let elem = |e: &Option<Box<crate::proto::TypeProto>>| Box::new(type_info(name.clone(), e.as_deref()));
+    let container = match t.and_then(|t| t.value.as_ref()) {
+        Some(type_proto::Value::SequenceType(s)) => Container::Sequence(elem(&s.elem_type)),
+        Some(type_proto::Value::OptionalType(o)) => Container::Optional(elem(&o.elem_type)),
+        _ => Container::None,
+    };
+    let (dtype, dims) = match t.and_then(|t| t.value.as_ref()) {
         Some(type_proto::Value::TensorType(t)) => {
             let dtype = dtype_from_onnx(t.elem_type()).map_err(|_| onnx_type_name(t.elem_type()).to_string());
             let dims = t.shape.as_ref().map(|s| {
@@ -201,5 +225,5 @@ fn value_info(v: &ValueInfoProto) -> ValueInfo {
         Some(type_proto::Value::MapType(_)) => (Err("map".to_string()), None),
         _ => (Err("untyped".to_string()), None),
     };
-    ValueInfo { name, dtype, dims }
+    ValueInfo { name, dtype, dims, container }
 }

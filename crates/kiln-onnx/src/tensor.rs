@@ -162,7 +162,7 @@ fn decode(t: &TensorProto, model_dir: Option<&Path>) -> Result<HostTensor> {
 
 /// Reads the bytes of an external-data tensor: `location` relative to the model's folder (no
 /// absolute paths, no `..`), optional `offset` and `length`, checked against the file size.
-fn read_external(t: &TensorProto, model_dir: Option<&Path>, nbytes: usize) -> Result<Vec<u8>> {
+pub(crate) fn read_external(t: &TensorProto, model_dir: Option<&Path>, nbytes: usize) -> Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
     let dir = model_dir.ok_or_else(|| {
         Error::Value("uses external data, but the model was not loaded from a file".into())

@@ -9,6 +9,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
+/// Cases whose expected outputs are themselves off by more than the tolerance, so that an exact
+/// answer fails: the generator ran `np.fft.ifft` on complex64, which NumPy 2 computes in single
+/// precision, leaving 1.9e-7 where the exact value is 0 (atol is 1e-7). kiln's answer is within
+/// 3e-15 of the float64 result; ONNX Runtime fails these too. They are reported, not hidden.
+const REFERENCE_DEFECTS: &[&str] = &["test_dft_inverse", "test_dft_inverse_opset19"];
+
 /// Cases that passed when this floor was last raised (of 2,024: 1,884 node cases + 140 shipped).
 const MIN_PASSED: usize = 43;
 
@@ -34,6 +40,9 @@ fn onnx_backend_conformance() {
         match r.status {
             Status::Pass => passed += 1,
             Status::Unsupported => unsupported += 1,
+            Status::Fail if REFERENCE_DEFECTS.contains(&r.case.as_str()) => {
+                println!("known reference defect: {}: {}", r.case, r.message)
+            }
             Status::Fail => failed.push(format!("{}: {}", r.case, r.message)),
         }
     }

@@ -2,80 +2,37 @@
 //! are unrolled, and a condition only known at run time is reported (NeedsValue) so that the
 //! caller can fix it, never guessed.
 
-use kiln_ir::HostTensor;
-use kiln_onnx::proto::type_proto::{self, Tensor};
-use kiln_onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
-    ValueInfoProto, tensor_shape_proto::Dimension, tensor_shape_proto::dimension,
-};
-use kiln_onnx::tensor::tensor_to_proto;
+use kiln_ir::{DType, Dim, HostTensor};
+use kiln_onnx::builder::{attr_graph, graph, model, node, tensor_info};
+use kiln_onnx::proto::{GraphProto, ValueInfoProto};
 use kiln_onnx::{ImportError, ImportOptions, OnnxModel, import, import_for_inputs};
 use std::collections::HashMap;
 
-fn info(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|&n| Dimension { value: Some(dimension::Value::DimValue(n)), ..Default::default() })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(Tensor {
-                elem_type: Some(elem),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        attribute,
-        ..Default::default()
-    }
-}
-
-fn graph_attr(name: &str, g: GraphProto) -> AttributeProto {
-    AttributeProto { name: Some(name.into()), r#type: Some(5), g: Some(g), ..Default::default() }
-}
-
-fn model(g: GraphProto) -> OnnxModel {
-    OnnxModel {
-        proto: ModelProto {
-            ir_version: Some(8),
-            opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(17) }],
-            graph: Some(g),
-            ..Default::default()
-        },
-        dir: None,
-    }
+fn info(name: &str, dtype: DType, dims: &[usize]) -> ValueInfoProto {
+    tensor_info(name, dtype, &dims.iter().map(|&n| Dim::Fixed(n)).collect::<Vec<_>>())
 }
 
 /// y = x + c, where c is 1 in the then-branch and 100 in the else-branch.
 fn if_model() -> OnnxModel {
-    let branch = |name: &str, v: f32| GraphProto {
-        name: Some(name.into()),
-        initializer: vec![tensor_to_proto(&HostTensor::from_vec(vec![v], &[1]).unwrap(), &format!("{name}_c"))],
-        node: vec![node("Add", &["x", &format!("{name}_c")], &[&format!("{name}_y")], vec![])],
-        output: vec![info(&format!("{name}_y"), 1, &[3])],
-        ..Default::default()
+    let branch = |name: &str, v: f32| -> GraphProto {
+        let (c, y) = (format!("{name}_c"), format!("{name}_y"));
+        graph(
+            vec![node("Add", &["x", &c], &[&y], vec![])],
+            vec![],
+            vec![info(&y, DType::F32, &[3])],
+            &[(&c, HostTensor::from_vec(vec![v], &[1]).unwrap())],
+        )
     };
-    model(GraphProto {
-        input: vec![info("cond", 9, &[]), info("x", 1, &[3])],
-        output: vec![info("y", 1, &[3])],
-        node: vec![node(
-            "If",
-            &["cond", "x"][..1],
-            &["y"],
-            vec![graph_attr("then_branch", branch("then", 1.0)), graph_attr("else_branch", branch("else", 100.0))],
-        )],
-        ..Default::default()
-    })
+    let branches = vec![attr_graph("then_branch", branch("then", 1.0)), attr_graph("else_branch", branch("else", 100.0))];
+    model(
+        graph(
+            vec![node("If", &["cond"], &["y"], branches)],
+            vec![info("cond", DType::Bool, &[]), info("x", DType::F32, &[3])],
+            vec![info("y", DType::F32, &[3])],
+            &[],
+        ),
+        17,
+    )
 }
 
 #[test]
@@ -101,25 +58,25 @@ fn if_with_a_runtime_condition_needs_its_value_and_then_takes_the_right_branch()
 /// A Loop with trip count 4: carried s = s + x each iteration, and a scan output of s.
 #[test]
 fn loop_unrolls_carried_values_and_scan_outputs() {
-    let body = GraphProto {
-        name: Some("body".into()),
-        input: vec![info("i", 7, &[]), info("c_in", 9, &[]), info("s_in", 1, &[2])],
-        node: vec![
+    let body = graph(
+        vec![
             node("Add", &["s_in", "x"], &["s_out"], vec![]),
             node("Identity", &["c_in"], &["c_out"], vec![]),
             node("Identity", &["s_out"], &["scan"], vec![]),
         ],
-        output: vec![info("c_out", 9, &[]), info("s_out", 1, &[2]), info("scan", 1, &[2])],
-        ..Default::default()
-    };
-    let trip = tensor_to_proto(&HostTensor::from_vec(vec![4i64], &[]).unwrap(), "M");
-    let m = model(GraphProto {
-        input: vec![info("x", 1, &[2]), info("s0", 1, &[2])],
-        initializer: vec![trip],
-        output: vec![info("s", 1, &[2]), info("all", 1, &[4, 2])],
-        node: vec![node("Loop", &["M", "", "s0"], &["s", "all"], vec![graph_attr("body", body)])],
-        ..Default::default()
-    });
+        vec![info("i", DType::I64, &[]), info("c_in", DType::Bool, &[]), info("s_in", DType::F32, &[2])],
+        vec![info("c_out", DType::Bool, &[]), info("s_out", DType::F32, &[2]), info("scan", DType::F32, &[2])],
+        &[],
+    );
+    let m = model(
+        graph(
+            vec![node("Loop", &["M", "", "s0"], &["s", "all"], vec![attr_graph("body", body)])],
+            vec![info("x", DType::F32, &[2]), info("s0", DType::F32, &[2])],
+            vec![info("s", DType::F32, &[2]), info("all", DType::F32, &[4, 2])],
+            &[("M", HostTensor::from_vec(vec![4i64], &[]).unwrap())],
+        ),
+        17,
+    );
     let imp = import(&m, &ImportOptions::default()).unwrap();
     let x = HostTensor::from_vec(vec![1.0f32, 10.0], &[2]).unwrap();
     let s0 = HostTensor::from_vec(vec![0.5f32, 0.0], &[2]).unwrap();

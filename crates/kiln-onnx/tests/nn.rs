@@ -347,18 +347,18 @@ fn refused_attribute_output_and_rank_are_errors() {
         .to_string();
     assert!(e.contains("output 1"), "{e}");
 
-    let three_d = model(
+    let four_d = model(
         "MaxPool",
-        &[Some(1), Some(1), Some(2), Some(2), Some(2)],
+        &[Some(1), Some(1), Some(2), Some(2), Some(2), Some(2)],
         &[],
-        vec![ints("kernel_shape", &[2, 2, 2])],
+        vec![ints("kernel_shape", &[2, 2, 2, 2])],
         &["y"],
         13,
     );
-    let e = import(&three_d, &ImportOptions::default())
+    let e = import(&four_d, &ImportOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("3-D"), "{e}");
+    assert!(e.contains("4-D"), "{e}");
 }
 
 #[test]
@@ -396,4 +396,271 @@ fn max_pool_with_pads_over_half_the_kernel_ignores_padding() {
     }
     let y = run(&m, HostTensor::from_vec(x, &[1, 1, h, w]).unwrap());
     assert_close(&y[0], &want, &[1, 1, oh, ow]);
+}
+
+/// A deterministic pseudo-random value in [-1, 1) (xorshift), so the tests need no crate.
+fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+#[test]
+fn conv_3d_random_matches_naive_seven_loops() {
+    // x [2, 4, 5, 6, 7], w [6, 2, 3, 2, 3]: groups 2, per-axis strides, dilations and
+    // asymmetric pads, bias.
+    let (n, c, o, g) = (2usize, 4usize, 6usize, 2usize);
+    let inp = [5usize, 6, 7];
+    let k = [3usize, 2, 3];
+    let s = [2usize, 1, 2];
+    let d = [2usize, 1, 1];
+    let p0 = [1usize, 0, 2];
+    let p1 = [2usize, 1, 1];
+    let cg = c / g;
+    let w = rand_vec(o * cg * k[0] * k[1] * k[2], 1);
+    let b = rand_vec(o, 2);
+    let x = rand_vec(n * c * inp[0] * inp[1] * inp[2], 3);
+    let pads: Vec<i64> = p0.iter().chain(&p1).map(|&v| v as i64).collect();
+    let m = model(
+        "Conv",
+        &[
+            Some(n as i64),
+            Some(c as i64),
+            Some(inp[0] as i64),
+            Some(inp[1] as i64),
+            Some(inp[2] as i64),
+        ],
+        &[
+            (
+                "w",
+                HostTensor::from_vec(w.clone(), &[o, cg, k[0], k[1], k[2]]).unwrap(),
+            ),
+            ("b", HostTensor::from_vec(b.clone(), &[o]).unwrap()),
+        ],
+        vec![
+            ints("dilations", &d.map(|v| v as i64)),
+            ints("pads", &pads),
+            ints("strides", &s.map(|v| v as i64)),
+            int("group", g as i64),
+        ],
+        &["y"],
+        11,
+    );
+    let out: Vec<usize> = (0..3)
+        .map(|i| (inp[i] + p0[i] + p1[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1)
+        .collect();
+    let at = |v: usize, i: usize| (v * s[i]) as i64 - p0[i] as i64;
+    let mut want = Vec::new();
+    for bi in 0..n {
+        for oc in 0..o {
+            for od in 0..out[0] {
+                for oh in 0..out[1] {
+                    for ow in 0..out[2] {
+                        let mut acc = b[oc] as f64;
+                        for ic in 0..cg {
+                            let xc = (oc / (o / g)) * cg + ic;
+                            for kd in 0..k[0] {
+                                for kh in 0..k[1] {
+                                    for kw in 0..k[2] {
+                                        let z = at(od, 0) + (kd * d[0]) as i64;
+                                        let y = at(oh, 1) + (kh * d[1]) as i64;
+                                        let xx = at(ow, 2) + (kw * d[2]) as i64;
+                                        if z < 0 || y < 0 || xx < 0 {
+                                            continue;
+                                        }
+                                        let (z, y, xx) = (z as usize, y as usize, xx as usize);
+                                        if z >= inp[0] || y >= inp[1] || xx >= inp[2] {
+                                            continue;
+                                        }
+                                        let xi = (((bi * c + xc) * inp[0] + z) * inp[1] + y)
+                                            * inp[2]
+                                            + xx;
+                                        let wi =
+                                            (((oc * cg + ic) * k[0] + kd) * k[1] + kh) * k[2] + kw;
+                                        acc += x[xi] as f64 * w[wi] as f64;
+                                    }
+                                }
+                            }
+                        }
+                        want.push(acc);
+                    }
+                }
+            }
+        }
+    }
+    let y = run(
+        &m,
+        HostTensor::from_vec(x, &[n, c, inp[0], inp[1], inp[2]]).unwrap(),
+    );
+    assert_close(&y[0], &want, &[n, o, out[0], out[1], out[2]]);
+}
+
+#[test]
+fn average_pool_3d_ceil_mode_divides_by_taps_inside_the_input() {
+    // [1, 1, 4, 5, 3], kernel [2, 3, 2], strides [2, 2, 2], pads [1, 1, 0, 0, 1, 1],
+    // ceil_mode: the last windows hang over the end, count_include_pad = 0.
+    let inp = [4usize, 5, 3];
+    let k = [2usize, 3, 2];
+    let s = [2usize, 2, 2];
+    let p0 = [1usize, 1, 0];
+    let p1 = [0usize, 1, 1];
+    let pads: Vec<i64> = p0.iter().chain(&p1).map(|&v| v as i64).collect();
+    let m = model(
+        "AveragePool",
+        &[
+            Some(1),
+            Some(1),
+            Some(inp[0] as i64),
+            Some(inp[1] as i64),
+            Some(inp[2] as i64),
+        ],
+        &[],
+        vec![
+            ints("kernel_shape", &k.map(|v| v as i64)),
+            ints("strides", &s.map(|v| v as i64)),
+            ints("pads", &pads),
+            int("ceil_mode", 1),
+        ],
+        &["y"],
+        19,
+    );
+    let x = rand_vec(inp.iter().product(), 7);
+    let out: Vec<usize> = (0..3)
+        .map(|i| {
+            let mut o = (inp[i] + p0[i] + p1[i] - k[i]).div_ceil(s[i]) + 1;
+            if (o - 1) * s[i] >= inp[i] + p0[i] {
+                o -= 1;
+            }
+            o
+        })
+        .collect();
+    let mut want = Vec::new();
+    for od in 0..out[0] {
+        for oh in 0..out[1] {
+            for ow in 0..out[2] {
+                let (mut sum, mut cnt) = (0.0f64, 0.0f64);
+                for a in 0..k[0] {
+                    for b in 0..k[1] {
+                        for e in 0..k[2] {
+                            let pos = [od * s[0] + a, oh * s[1] + b, ow * s[2] + e];
+                            let rel: Vec<i64> =
+                                (0..3).map(|i| pos[i] as i64 - p0[i] as i64).collect();
+                            if (0..3).all(|i| rel[i] >= 0 && (rel[i] as usize) < inp[i]) {
+                                let (z, y, xx) =
+                                    (rel[0] as usize, rel[1] as usize, rel[2] as usize);
+                                sum += x[(z * inp[1] + y) * inp[2] + xx] as f64;
+                                cnt += 1.0;
+                            }
+                        }
+                    }
+                }
+                want.push(sum / cnt);
+            }
+        }
+    }
+    let y = run(
+        &m,
+        HostTensor::from_vec(x, &[1, 1, inp[0], inp[1], inp[2]]).unwrap(),
+    );
+    assert_close(&y[0], &want, &[1, 1, out[0], out[1], out[2]]);
+}
+
+#[test]
+fn conv_transpose_3d_strided_dilated_padded_matches_naive() {
+    // x [1, 4, 3, 2, 3], w [4, 1, 2, 3, 2] with groups 2 (2 output channels), strides [2, 1, 3], dilations [2, 1, 1], pads [1, 0, 1, 0, 1, 2], output_padding
+    // [1, 0, 2], bias.
+    let (c, og, g) = (4usize, 1usize, 2usize);
+    let inp = [3usize, 2, 3];
+    let k = [2usize, 3, 2];
+    let s = [2usize, 1, 3];
+    let d = [2usize, 1, 1];
+    let p0 = [1usize, 0, 1];
+    let p1 = [0usize, 1, 2];
+    let op = [1usize, 0, 2];
+    let o = og * g;
+    let w = rand_vec(c * og * k[0] * k[1] * k[2], 11);
+    let b = rand_vec(o, 12);
+    let x = rand_vec(c * inp[0] * inp[1] * inp[2], 13);
+    let pads: Vec<i64> = p0.iter().chain(&p1).map(|&v| v as i64).collect();
+    let m = model(
+        "ConvTranspose",
+        &[
+            Some(1),
+            Some(c as i64),
+            Some(inp[0] as i64),
+            Some(inp[1] as i64),
+            Some(inp[2] as i64),
+        ],
+        &[
+            (
+                "w",
+                HostTensor::from_vec(w.clone(), &[c, og, k[0], k[1], k[2]]).unwrap(),
+            ),
+            ("b", HostTensor::from_vec(b.clone(), &[o]).unwrap()),
+        ],
+        vec![
+            ints("dilations", &d.map(|v| v as i64)),
+            ints("pads", &pads),
+            ints("strides", &s.map(|v| v as i64)),
+            ints("output_padding", &op.map(|v| v as i64)),
+            int("group", g as i64),
+        ],
+        &["y"],
+        11,
+    );
+    let out: Vec<usize> = (0..3)
+        .map(|i| (inp[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 + op[i] - p0[i] - p1[i])
+        .collect();
+    let mut want = vec![0.0f64; o * out.iter().product::<usize>()];
+    for (oc, &bv) in b.iter().enumerate() {
+        for v in &mut want[oc * out.iter().product::<usize>()..][..out.iter().product::<usize>()] {
+            *v = bv as f64;
+        }
+    }
+    let cg = c / g;
+    for ic in 0..c {
+        for oo in 0..og {
+            let oc = (ic / cg) * og + oo;
+            for z in 0..inp[0] {
+                for y in 0..inp[1] {
+                    for xx in 0..inp[2] {
+                        let xv = x[((ic * inp[0] + z) * inp[1] + y) * inp[2] + xx] as f64;
+                        for kd in 0..k[0] {
+                            for kh in 0..k[1] {
+                                for kw in 0..k[2] {
+                                    let pos = [
+                                        (z * s[0] + kd * d[0]) as i64 - p0[0] as i64,
+                                        (y * s[1] + kh * d[1]) as i64 - p0[1] as i64,
+                                        (xx * s[2] + kw * d[2]) as i64 - p0[2] as i64,
+                                    ];
+                                    if (0..3).any(|i| pos[i] < 0 || pos[i] as usize >= out[i]) {
+                                        continue;
+                                    }
+                                    let wv = w
+                                        [(((ic * og + oo) * k[0] + kd) * k[1] + kh) * k[2] + kw]
+                                        as f64;
+                                    let oi = ((oc * out[0] + pos[0] as usize) * out[1]
+                                        + pos[1] as usize)
+                                        * out[2]
+                                        + pos[2] as usize;
+                                    want[oi] += xv * wv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let y = run(
+        &m,
+        HostTensor::from_vec(x, &[1, c, inp[0], inp[1], inp[2]]).unwrap(),
+    );
+    assert_close(&y[0], &want, &[1, o, out[0], out[1], out[2]]);
 }

@@ -4,10 +4,12 @@
 pub(crate) mod accum;
 pub mod activation;
 pub mod attention;
+pub mod bitcast;
 pub mod cast;
 pub mod conv;
 pub mod elementwise;
 pub mod gather;
+pub mod lowp;
 pub mod matmul;
 pub mod movement;
 pub mod norm;

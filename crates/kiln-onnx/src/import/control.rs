@@ -15,7 +15,7 @@ const MAX_ITERATIONS: i64 = 4096;
 
 /// The converter for a control-flow op, if `op_type` is one.
 pub(super) fn is_control(op_type: &str) -> bool {
-    matches!(op_type, "If" | "Loop" | "Scan")
+    matches!(op_type, "If" | "Loop" | "Scan" | "SequenceMap")
 }
 
 /// Converts an `If`, `Loop` or `Scan` node.
@@ -23,6 +23,7 @@ pub(super) fn convert(ctx: &mut Ctx, node: &NodeProto, env: &mut Env) -> Result<
     match node.op_type() {
         "If" => convert_if(ctx, node, env),
         "Loop" => convert_loop(ctx, node, env),
+        "SequenceMap" => convert_sequence_map(ctx, node, env),
         _ => convert_scan(ctx, node, env),
     }
 }
@@ -156,6 +157,11 @@ fn convert_loop(ctx: &mut Ctx, node: &NodeProto, env: &mut Env) -> Result<Vec<Va
     };
     let mut carried: Vec<Val> = Vec::new();
     for i in 2..node.input.len() {
+        // Sequences and optionals are carried as they are (they are import-time values).
+        if let Some(Ok(v @ (Val::Seq(_) | Val::Opt(_)))) = node.input.get(i).map(|n| ctx.value(n)) {
+            carried.push(v.clone());
+            continue;
+        }
         let id = ctx.input(node, i)?;
         carried.push(Val::Node(id));
     }
@@ -284,4 +290,36 @@ fn convert_scan(ctx: &mut Ctx, node: &NodeProto, env: &mut Env) -> Result<Vec<Va
         )?);
     }
     Ok(result)
+}
+
+/// SequenceMap: the body applied to element `i` of each sequence input (tensor inputs are
+/// passed whole to every pass), one pass per element of the first input; each body output
+/// collects into a sequence.
+fn convert_sequence_map(ctx: &mut Ctx, node: &NodeProto, env: &mut Env) -> Result<Vec<Val>> {
+    attrs::check_known(node, &["body"])?;
+    let g = body(node, "body")?;
+    let mut ins = Vec::with_capacity(node.input.len());
+    for (i, name) in node.input.iter().enumerate() {
+        if name.is_empty() {
+            return Err(Error::Graph(format!("SequenceMap input {i} is missing")));
+        }
+        ins.push(ctx.value(name)?.clone());
+    }
+    let Some(Val::Seq(first)) = ins.first() else {
+        return Err(Error::Value("SequenceMap's first input must be a sequence".into()));
+    };
+    let n = first.len();
+    if ins.iter().any(|v| matches!(v, Val::Seq(s) if s.len() != n)) {
+        return Err(Error::Shape("SequenceMap's sequence inputs differ in length".into()));
+    }
+    let mut outs: Vec<Vec<Val>> = vec![Vec::with_capacity(n); g.output.len()];
+    for i in 0..n {
+        let args: Vec<Val> = ins.iter().map(|v| if let Val::Seq(s) = v { s[i].clone() } else { v.clone() }).collect();
+        let prefix = format!("seqmap#{}#{i}/", node.output.first().map(String::as_str).unwrap_or(""));
+        let res = run_body(ctx, g, &prefix, &args, env)?;
+        for (o, r) in outs.iter_mut().zip(res) {
+            o.push(r);
+        }
+    }
+    Ok(outs.into_iter().map(Val::Seq).collect())
 }

@@ -22,6 +22,11 @@ pub enum Val {
     Dims { dims: Vec<SymInt>, scalar: bool },
     /// An output a converter does not produce (e.g. MaxPool's indices), with the reason.
     Unavailable(String),
+    /// An ONNX sequence: its elements, whose count and order are known at import (sequence
+    /// ops only rearrange values, so they are resolved here and leave no trace in the graph).
+    Seq(Vec<Val>),
+    /// An ONNX optional: its value, or `None` when empty (known at import, like sequences).
+    Opt(Option<Box<Val>>),
 }
 
 /// One entry of a [`Val::Dims`] shape value: a known integer or a symbolic dim's size.
@@ -55,6 +60,9 @@ pub struct Ctx {
     pub model_dir: Option<std::path::PathBuf>,
     /// Nodes added so far by inlining model-local functions (bounded: nested calls multiply).
     pub(crate) inlined: usize,
+    /// Nodes whose values are bit patterns of an ONNX low-precision type (float8, int4...),
+    /// not numbers: only converters that know these types may read them.
+    pub lowp: HashMap<NodeId, kiln_ir::LowpType>,
 }
 
 impl Ctx {
@@ -67,6 +75,7 @@ impl Ctx {
             needs_value: None,
             model_dir,
             inlined: 0,
+            lowp: HashMap::new(),
         }
     }
 
@@ -117,6 +126,9 @@ impl Ctx {
         match v {
             Val::Node(id) => Ok(*id),
             Val::Unavailable(why) => Err(Error::Unsupported(format!("value '{name}': {why}"))),
+            Val::Seq(_) | Val::Opt(_) => Err(Error::Value(format!(
+                "value '{name}' is a sequence or optional, but is used where a tensor is needed"
+            ))),
             Val::Dims { dims, scalar } => {
                 let fixed: Option<Vec<i64>> =
                     dims.iter().map(|d| if let SymInt::Int(n) = d { Some(*n) } else { None }).collect();
@@ -153,7 +165,7 @@ impl Ctx {
                 let dims = ints_of(t).into_iter().map(SymInt::Int).collect();
                 Some((dims, t.shape().is_empty()))
             }
-            Val::Unavailable(_) => None,
+            Val::Unavailable(_) | Val::Seq(_) | Val::Opt(_) => None,
         }
     }
 

@@ -9,13 +9,13 @@ pub mod ops;
 mod prune;
 
 pub use ctx::{Ctx, SymInt, Val, ints_of, one};
+pub use ops::sequence::{InputValue, OutputKind, element_name};
 pub use ops::{Convert, lookup};
 
 use crate::model::{OnnxModel, op_key};
 use crate::proto::NodeProto;
-use crate::tensor::tensor_from_proto;
 use kiln_ir::{Error, Graph, HostTensor, Result, Shape, TensorType};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Most nodes that inlining model-local functions may add, so that nested calls cannot blow
 /// a small file up exponentially.
@@ -29,6 +29,11 @@ pub struct ImportOptions {
     /// Inputs whose values are fixed at import: they become constants and leave the graph's
     /// inputs (for inputs that decide shapes, such as a Reshape target given as an input).
     pub input_values: HashMap<String, HostTensor>,
+    /// Sequence-typed inputs: the type of each element (so also how many). Element `i` of
+    /// input `x` becomes graph input `x[i]` ([`element_name`]); `input_values` may fix it.
+    pub input_sequences: HashMap<String, Vec<TensorType>>,
+    /// Optional-typed inputs that are given empty; other optional inputs hold their element.
+    pub absent_optionals: HashSet<String>,
 }
 
 /// Why an import failed.
@@ -49,8 +54,14 @@ pub struct Imported {
     pub graph: Graph,
     /// ONNX names of `graph.inputs`, in order (specialised inputs are not among them).
     pub input_names: Vec<String>,
-    /// ONNX names of `graph.outputs`, in order.
+    /// ONNX names of `graph.outputs`, in order (`x[i]` for element `i` of a sequence `x`).
     pub output_names: Vec<String>,
+    /// What each ONNX graph output became, in the model's order: together they cover
+    /// `graph.outputs` in order (a sequence or optional output becomes zero or more of them).
+    pub output_kinds: Vec<OutputKind>,
+    /// Per entry of `graph.outputs`: the ONNX low-precision type (float8, int4...) whose bit
+    /// patterns the output holds (see [`kiln_ir::Op::EncodeLowp`]), `None` for plain values.
+    pub output_types: Vec<Option<kiln_ir::LowpType>>,
     /// Graph inputs that were fixed to given values at import (`ImportOptions::input_values`):
     /// the graph is valid only for those values.
     pub specialised: Vec<String>,
@@ -69,8 +80,11 @@ pub fn import(model: &OnnxModel, opts: &ImportOptions) -> std::result::Result<Im
         .collect();
 
     for t in &g.initializer {
-        let v = tensor_from_proto(t, ctx.model_dir.as_deref())?;
+        let (v, lowp) = crate::lowp::tensor_from_proto_lowp(t, ctx.model_dir.as_deref())?;
         let id = ctx.constant(v);
+        if let Some(lt) = lowp {
+            ctx.lowp.insert(id, lt);
+        }
         ctx.bind(t.name(), Val::Node(id));
     }
     if !g.sparse_initializer.is_empty() {
@@ -78,14 +92,22 @@ pub fn import(model: &OnnxModel, opts: &ImportOptions) -> std::result::Result<Im
     }
     let mut input_names = Vec::new();
     for info in model.inputs() {
+        if ops::sequence::bind_input(&mut ctx, &info, opts, &mut input_names)? {
+            continue;
+        }
+        // Low-precision inputs are given as their patterns (`crate::lowp`).
+        let lowp = g.input.iter().find(|v| v.name() == info.name).and_then(crate::lowp::declared_lowp);
         if let Some(v) = opts.input_values.get(&info.name) {
             let id = ctx.constant(v.clone());
             ctx.bind(&info.name, Val::Node(id));
+            if let Some(lt) = lowp {
+                ctx.lowp.insert(id, lt);
+            }
             continue;
         }
-        let dtype = info
-            .dtype
-            .clone()
+        let dtype = lowp
+            .map(|lt| Ok(lt.pattern_dtype()))
+            .unwrap_or_else(|| info.dtype.clone())
             .map_err(|t| Error::Unsupported(format!("graph input '{}' has type {t}, which kiln does not support", info.name)))?;
         let shape = match opts.input_shapes.get(&info.name) {
             Some(s) => s.clone(),
@@ -96,7 +118,10 @@ pub fn import(model: &OnnxModel, opts: &ImportOptions) -> std::result::Result<Im
                 ))
             })?,
         };
-        ctx.graph_input(&info.name, TensorType::new(dtype, shape));
+        let id = ctx.graph_input(&info.name, TensorType::new(dtype, shape));
+        if let Some(lt) = lowp {
+            ctx.lowp.insert(id, lt);
+        }
         input_names.push(info.name.clone());
     }
 
@@ -105,7 +130,14 @@ pub fn import(model: &OnnxModel, opts: &ImportOptions) -> std::result::Result<Im
     convert_nodes(&mut ctx, &g.node, &mut env)?;
 
     let mut output_names = Vec::new();
+    let mut output_kinds = Vec::new();
     for o in &g.output {
+        if let Ok(v @ (Val::Seq(_) | Val::Opt(_))) = ctx.value(o.name()) {
+            let v = v.clone();
+            output_kinds.push(ops::sequence::bind_output(&mut ctx, o.name(), &v, &mut output_names)?);
+            continue;
+        }
+        output_kinds.push(OutputKind::Tensor);
         let id = match ctx.value(o.name()) {
             Ok(Val::Node(id)) => *id,
             Ok(_) => {
@@ -118,10 +150,11 @@ pub fn import(model: &OnnxModel, opts: &ImportOptions) -> std::result::Result<Im
         ctx.graph.output(id);
         output_names.push(o.name().to_string());
     }
+    let output_types = ctx.graph.outputs.iter().map(|id| ctx.lowp.get(id).copied()).collect();
     let graph = prune::prune(&ctx.graph)?;
     let mut specialised: Vec<String> = opts.input_values.keys().cloned().collect();
     specialised.sort();
-    Ok(Imported { graph, input_names, output_names, specialised })
+    Ok(Imported { graph, input_names, output_names, output_kinds, output_types, specialised })
 }
 
 /// Imports `model` with `inputs` given (name → value), specialising to their shapes, and to
@@ -131,9 +164,21 @@ pub fn import_for_inputs(
     model: &OnnxModel,
     inputs: &HashMap<String, HostTensor>,
 ) -> std::result::Result<(Imported, Vec<HostTensor>), ImportError> {
+    let values = inputs.iter().map(|(n, t)| (n.clone(), InputValue::Tensor(t.clone()))).collect();
+    import_for_values(model, &values)
+}
+
+/// [`import_for_inputs`] for inputs of any type kiln imports: tensors, sequences (element `i`
+/// of `x` is bound as graph input `x[i]`) and optionals.
+pub fn import_for_values(
+    model: &OnnxModel,
+    values: &HashMap<String, InputValue>,
+) -> std::result::Result<(Imported, Vec<HostTensor>), ImportError> {
     let mut opts = ImportOptions::default();
-    for (name, t) in inputs {
-        opts.input_shapes.insert(name.clone(), t.ir_shape());
+    // Every given tensor under its graph input name.
+    let mut inputs = HashMap::new();
+    for (name, v) in values {
+        ops::sequence::describe_input(name, v, &mut opts, &mut inputs)?;
     }
     loop {
         match import(model, &opts) {
@@ -235,7 +280,7 @@ pub(crate) fn convert_nodes(
             ))));
         }
         ctx.needs_value = None;
-        let result = convert_node(ctx, node, domain, opset, env);
+        let result = check_lowp_inputs(ctx, node).and_then(|()| convert_node(ctx, node, domain, opset, env));
         match result {
             Ok(outs) => {
                 for (i, name) in node.output.iter().enumerate() {
@@ -260,6 +305,30 @@ pub(crate) fn convert_nodes(
     Ok(())
 }
 
+/// Ops whose converters know that an input may hold low-precision bit patterns
+/// (`Ctx::lowp`); any other op reading one would compute on the patterns as numbers.
+const LOWP_AWARE_OPS: [&str; 5] = ["Cast", "CastLike", "QuantizeLinear", "DequantizeLinear", "Identity"];
+
+/// Refuses a node that reads a low-precision value unless its converter handles those.
+fn check_lowp_inputs(ctx: &Ctx, node: &NodeProto) -> Result<()> {
+    if LOWP_AWARE_OPS.contains(&node.op_type()) && matches!(node.domain(), "" | "ai.onnx") {
+        return Ok(());
+    }
+    for name in node.input.iter().filter(|n| !n.is_empty()) {
+        if let Ok(Val::Node(id)) = ctx.value(name)
+            && let Some(lt) = ctx.lowp.get(id)
+        {
+            return Err(Error::Unsupported(format!(
+                "input '{name}' has the low-precision type {}, which kiln supports only in {} (cast it to a \
+                 wider type first)",
+                lt.name(),
+                LOWP_AWARE_OPS.join("/")
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn convert_node(
     ctx: &mut Ctx,
     node: &NodeProto,
@@ -269,6 +338,13 @@ fn convert_node(
 ) -> Result<Vec<Val>> {
     if let Some(f) = env.functions.get(&(node.domain().to_string(), node.op_type().to_string())) {
         return inline_function(ctx, node, f, env);
+    }
+    // Identity passes sequences and optionals on (its converter reads tensors).
+    if domain.is_empty()
+        && node.op_type() == "Identity"
+        && let Some(Ok(v @ (Val::Seq(_) | Val::Opt(_)))) = node.input.first().map(|i| ctx.value(i))
+    {
+        return Ok(vec![v.clone()]);
     }
     if domain.is_empty() && control::is_control(node.op_type()) {
         ctx.opset = opset.unwrap_or(0);

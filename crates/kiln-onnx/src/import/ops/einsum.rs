@@ -41,16 +41,22 @@ fn parse_term(s: &str, eq: &str) -> Result<Term> {
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix("...") {
             if ell.is_some() {
-                return Err(Error::Value(format!("Einsum '{eq}': more than one ellipsis in a term")));
+                return Err(Error::Value(format!(
+                    "Einsum '{eq}': more than one ellipsis in a term"
+                )));
             }
             ell = Some(letters.len());
             rest = r;
             continue;
         }
         let mut chars = rest.chars();
-        let c = chars.next().ok_or_else(|| Error::Value(format!("Einsum '{eq}': empty term")))?;
+        let c = chars
+            .next()
+            .ok_or_else(|| Error::Value(format!("Einsum '{eq}': empty term")))?;
         if !c.is_ascii_alphabetic() {
-            return Err(Error::Value(format!("Einsum '{eq}': unexpected character '{c}'")));
+            return Err(Error::Value(format!(
+                "Einsum '{eq}': unexpected character '{c}'"
+            )));
         }
         letters.push(c);
         rest = chars.as_str();
@@ -65,7 +71,9 @@ fn labels_of(term: &Term, rank: usize, max_ell: usize, eq: &str) -> Result<Vec<L
         Some(_) if rank >= n => rank - n,
         None if rank == n => 0,
         _ => {
-            return Err(Error::Shape(format!("Einsum '{eq}': a term with {n} labels does not fit an operand of rank {rank}")));
+            return Err(Error::Shape(format!(
+                "Einsum '{eq}': a term with {n} labels does not fit an operand of rank {rank}"
+            )));
         }
     };
     let at = term.ell.unwrap_or(n);
@@ -84,15 +92,23 @@ struct Operand {
 
 fn einsum(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     attrs::check_known(node, &["equation"])?;
-    let eq_raw = attrs::string(node, "equation")?.ok_or_else(|| Error::Value("Einsum needs 'equation'".into()))?;
+    let eq_raw = attrs::string(node, "equation")?
+        .ok_or_else(|| Error::Value("Einsum needs 'equation'".into()))?;
     let eq: String = eq_raw.chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, rhs) = match eq.split_once("->") {
         Some((l, r)) => (l, Some(r)),
         None => (eq.as_str(), None),
     };
-    let terms: Vec<Term> = lhs.split(',').map(|s| parse_term(s, &eq)).collect::<Result<_>>()?;
+    let terms: Vec<Term> = lhs
+        .split(',')
+        .map(|s| parse_term(s, &eq))
+        .collect::<Result<_>>()?;
     if terms.len() != node.input.len() {
-        return Err(Error::Value(format!("Einsum '{eq}' has {} terms but {} inputs", terms.len(), node.input.len())));
+        return Err(Error::Value(format!(
+            "Einsum '{eq}' has {} terms but {} inputs",
+            terms.len(),
+            node.input.len()
+        )));
     }
     let mut ops = Vec::new();
     let mut ranks = Vec::new();
@@ -136,8 +152,11 @@ fn einsum(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
             for t in &terms {
                 letters.extend(&t.letters);
             }
-            let mut once: Vec<char> =
-                letters.iter().copied().filter(|c| letters.iter().filter(|d| *d == c).count() == 1).collect();
+            let mut once: Vec<char> = letters
+                .iter()
+                .copied()
+                .filter(|c| letters.iter().filter(|d| *d == c).count() == 1)
+                .collect();
             once.sort_unstable();
             v.extend(once.into_iter().map(Label::Char));
             v
@@ -145,17 +164,29 @@ fn einsum(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     };
     for (i, l) in out.iter().enumerate() {
         if out[..i].contains(l) {
-            return Err(Error::Value(format!("Einsum '{eq}': output label {l:?} repeats")));
+            return Err(Error::Value(format!(
+                "Einsum '{eq}': output label {l:?} repeats"
+            )));
         }
         if !operands.iter().any(|o| o.labels.contains(l)) {
-            return Err(Error::Value(format!("Einsum '{eq}': output label {l:?} is in no input")));
+            return Err(Error::Value(format!(
+                "Einsum '{eq}': output label {l:?} is in no input"
+            )));
         }
     }
 
     let n = operands.len();
     let mut prepared = Vec::with_capacity(n);
     for (i, o) in operands.iter().enumerate() {
-        let o = diagonals(ctx, Operand { id: o.id, labels: o.labels.clone(), dims: o.dims.clone() }, &eq)?;
+        let o = diagonals(
+            ctx,
+            Operand {
+                id: o.id,
+                labels: o.labels.clone(),
+                dims: o.dims.clone(),
+            },
+            &eq,
+        )?;
         let needed: Vec<Label> = operands
             .iter()
             .enumerate()
@@ -166,18 +197,32 @@ fn einsum(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
         prepared.push(sum_unneeded(ctx, o, &needed)?);
     }
     let mut it = prepared.into_iter();
-    let mut acc = it.next().ok_or_else(|| Error::Value(format!("Einsum '{eq}' has no inputs")))?;
+    let mut acc = it
+        .next()
+        .ok_or_else(|| Error::Value(format!("Einsum '{eq}' has no inputs")))?;
     let rest: Vec<Operand> = it.collect();
     for k in 0..rest.len() {
-        let needed: Vec<Label> =
-            rest[k + 1..].iter().flat_map(|p| p.labels.iter().copied()).chain(out.iter().copied()).collect();
-        let b = Operand { id: rest[k].id, labels: rest[k].labels.clone(), dims: rest[k].dims.clone() };
+        let needed: Vec<Label> = rest[k + 1..]
+            .iter()
+            .flat_map(|p| p.labels.iter().copied())
+            .chain(out.iter().copied())
+            .collect();
+        let b = Operand {
+            id: rest[k].id,
+            labels: rest[k].labels.clone(),
+            dims: rest[k].dims.clone(),
+        };
         acc = contract(ctx, acc, b, &needed, &eq)?;
     }
     let acc = sum_unneeded(ctx, acc, &out)?;
     let perm: Vec<usize> = out
         .iter()
-        .map(|l| acc.labels.iter().position(|m| m == l).ok_or_else(|| Error::Graph(format!("Einsum '{eq}': lost label {l:?}"))))
+        .map(|l| {
+            acc.labels
+                .iter()
+                .position(|m| m == l)
+                .ok_or_else(|| Error::Graph(format!("Einsum '{eq}': lost label {l:?}")))
+        })
         .collect::<Result<_>>()?;
     one(permute(ctx, acc.id, &perm)?)
 }
@@ -185,9 +230,11 @@ fn einsum(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
 /// Takes the diagonal of every label repeated within the operand.
 fn diagonals(ctx: &mut Ctx, mut o: Operand, eq: &str) -> Result<Operand> {
     loop {
-        let Some((a, b)) = (0..o.labels.len())
-            .find_map(|a| (a + 1..o.labels.len()).find(|&b| o.labels[b] == o.labels[a]).map(|b| (a, b)))
-        else {
+        let Some((a, b)) = (0..o.labels.len()).find_map(|a| {
+            (a + 1..o.labels.len())
+                .find(|&b| o.labels[b] == o.labels[a])
+                .map(|b| (a, b))
+        }) else {
             return Ok(o);
         };
         let len = o.dims[a];
@@ -210,13 +257,19 @@ fn diagonals(ctx: &mut Ctx, mut o: Operand, eq: &str) -> Result<Operand> {
         let x = reshape(ctx, x, flat)?;
         let x = slice(ctx, x, dims.len(), 0, (len * len) as i64, len as i64 + 1)?;
         dims.push(len);
-        o = Operand { id: x, labels, dims };
+        o = Operand {
+            id: x,
+            labels,
+            dims,
+        };
     }
 }
 
 /// Sums the axes whose labels are not in `needed`.
 fn sum_unneeded(ctx: &mut Ctx, o: Operand, needed: &[Label]) -> Result<Operand> {
-    let axes: Vec<usize> = (0..o.labels.len()).filter(|&k| !needed.contains(&o.labels[k])).collect();
+    let axes: Vec<usize> = (0..o.labels.len())
+        .filter(|&k| !needed.contains(&o.labels[k]))
+        .collect();
     if axes.is_empty() {
         return Ok(o);
     }
@@ -231,15 +284,36 @@ fn sum_unneeded(ctx: &mut Ctx, o: Operand, needed: &[Label]) -> Result<Operand> 
 
 /// `a` and `b` contracted over their shared labels not in `needed`, as one batched matmul.
 fn contract(ctx: &mut Ctx, a: Operand, b: Operand, needed: &[Label], eq: &str) -> Result<Operand> {
-    let both: Vec<Label> = a.labels.iter().copied().filter(|l| b.labels.contains(l)).collect();
+    let both: Vec<Label> = a
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| b.labels.contains(l))
+        .collect();
     let keep_both = |l: &Label| needed.contains(l);
     let batch: Vec<Label> = both.iter().copied().filter(keep_both).collect();
     let inner: Vec<Label> = both.iter().copied().filter(|l| !keep_both(l)).collect();
     let a = sum_unneeded(ctx, a, &[needed, &b.labels].concat())?;
     let b = sum_unneeded(ctx, b, &[needed, &a.labels].concat())?;
-    let a_only: Vec<Label> = a.labels.iter().copied().filter(|l| !b.labels.contains(l)).collect();
-    let b_only: Vec<Label> = b.labels.iter().copied().filter(|l| !a.labels.contains(l)).collect();
-    let size = |o: &Operand, l: &Label| o.labels.iter().position(|m| m == l).map(|k| o.dims[k]).unwrap_or(1);
+    let a_only: Vec<Label> = a
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| !b.labels.contains(l))
+        .collect();
+    let b_only: Vec<Label> = b
+        .labels
+        .iter()
+        .copied()
+        .filter(|l| !a.labels.contains(l))
+        .collect();
+    let size = |o: &Operand, l: &Label| {
+        o.labels
+            .iter()
+            .position(|m| m == l)
+            .map(|k| o.dims[k])
+            .unwrap_or(1)
+    };
     let mut k_size = 1;
     for l in &inner {
         let (sa, sb) = (size(&a, l), size(&b, l));
@@ -253,13 +327,17 @@ fn contract(ctx: &mut Ctx, a: Operand, b: Operand, needed: &[Label], eq: &str) -
     for l in &batch {
         let (sa, sb) = (size(&a, l), size(&b, l));
         if sa != sb && sa != 1 && sb != 1 {
-            return Err(Error::Shape(format!("Einsum '{eq}': label {l:?} has sizes {sa} and {sb}")));
+            return Err(Error::Shape(format!(
+                "Einsum '{eq}': label {l:?} has sizes {sa} and {sb}"
+            )));
         }
     }
     let m: usize = a_only.iter().map(|l| size(&a, l)).product();
     let n: usize = b_only.iter().map(|l| size(&b, l)).product();
     let order = |o: &Operand, ls: &[Label]| -> Vec<usize> {
-        ls.iter().filter_map(|l| o.labels.iter().position(|m| m == l)).collect()
+        ls.iter()
+            .filter_map(|l| o.labels.iter().position(|m| m == l))
+            .collect()
     };
     let a_perm = order(&a, &[batch.as_slice(), &a_only, &inner].concat());
     let b_perm = order(&b, &[batch.as_slice(), &inner, &b_only].concat());

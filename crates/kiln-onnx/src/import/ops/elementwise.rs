@@ -7,7 +7,8 @@
 
 use crate::import::{Convert, Ctx, Val, attrs, one};
 use crate::proto::NodeProto;
-use crate::tensor::{dtype_from_onnx, onnx_type_name};
+use super::lowp;
+use crate::tensor::onnx_type_name;
 use kiln_ir::{BinaryOp, DType, Error, HostTensor, NodeId, Op, Result, Shape, UnaryOp};
 
 pub(super) fn lookup(op: &str) -> Option<Convert> {
@@ -685,43 +686,54 @@ fn where_(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
 // ---------------------------------------------------------------------------------------------
 // Casts, Dropout, Identity.
 
-/// Cast to `to` (an ONNX type code; a type name before opset 6). Float8/4-bit targets are not
-/// kiln dtypes and are refused, so `saturate` and `round_mode` (which only affect those) never
-/// change a result here.
+/// Cast to `to` (an ONNX type code; a type name before opset 6). Low-precision types
+/// (float8, float4, 4/2-bit integers) are held as patterns (`ops::lowp`); `saturate` (default
+/// on) applies to float8 targets, `round_mode` only to float8e8m0, where kiln implements `up`.
 fn cast(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     attrs::check_known(node, &["to", "saturate", "round_mode"])?;
-    let to = match attrs::string(node, "to") {
-        Ok(Some(name)) if ctx.opset < 6 => {
-            let code = (1..=26)
-                .find(|&c| onnx_type_name(c) == name)
-                .ok_or_else(|| Error::Value(format!("Cast: unknown type name '{name}' in 'to'")))?;
-            dtype_from_onnx(code)?
-        }
+    let code = match attrs::string(node, "to") {
+        Ok(Some(name)) if ctx.opset < 6 => (1..=26)
+            .find(|&c| onnx_type_name(c) == name)
+            .ok_or_else(|| Error::Value(format!("Cast: unknown type name '{name}' in 'to'")))?,
         _ => {
             let code = attrs::opt_int(node, "to")?
                 .ok_or_else(|| Error::Value("Cast needs the 'to' attribute".into()))?;
-            let code = i32::try_from(code)
-                .map_err(|_| Error::Value(format!("Cast: bad type code {code}")))?;
-            dtype_from_onnx(code)?
+            i32::try_from(code).map_err(|_| Error::Value(format!("Cast: bad type code {code}")))?
         }
     };
+    let to = lowp::Target::from_onnx(code)?;
     // A shape value stays symbolic through a cast to int64 (its own type).
-    if to == DType::I64
+    if to == lowp::Target::Kiln(DType::I64)
         && let Some(name) = node.input.first()
         && let Ok(v @ Val::Dims { .. }) = ctx.value(name)
     {
         return Ok(vec![v.clone()]);
     }
+    let saturate = cast_saturate(node, to)?;
     let x = ctx.input(node, 0)?;
-    one(ctx.add(Op::Cast(to), &[x])?)
+    one(lowp::cast(ctx, x, to, saturate)?)
 }
 
 fn cast_like(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     attrs::check_known(node, &["saturate", "round_mode"])?;
     let x = ctx.input(node, 0)?;
     let like = ctx.input(node, 1)?;
-    let to = ctx.dtype(like);
-    one(ctx.add(Op::Cast(to), &[x])?)
+    let to = lowp::Target::of(ctx, like);
+    let saturate = cast_saturate(node, to)?;
+    one(lowp::cast(ctx, x, to, saturate)?)
+}
+
+/// Cast's `saturate` attribute; refuses a `round_mode` other than `up` for float8e8m0 (the
+/// only mode kiln's encoder implements; the attribute affects no other target).
+fn cast_saturate(node: &NodeProto, to: lowp::Target) -> Result<bool> {
+    let mode = attrs::string(node, "round_mode")?.unwrap_or_else(|| "up".to_string());
+    if to == lowp::Target::Lowp(kiln_ir::LowpType::F8E8M0) && mode != "up" {
+        return Err(Error::Unsupported(format!(
+            "{}: round_mode '{mode}' to float8e8m0 is not supported (only 'up')",
+            node.op_type()
+        )));
+    }
+    Ok(attrs::int(node, "saturate", 1)? != 0)
 }
 
 /// Inference dropout: the output is the input and the mask is all true (all ones before

@@ -8,10 +8,12 @@ use kiln_ir::Result;
 
 mod einsum;
 mod elementwise;
+pub(crate) mod lowp;
 mod misc;
 mod nn;
 mod recurrent;
 mod reduce;
+pub(crate) mod sequence;
 mod shape;
 mod signal;
 mod transformer;
@@ -36,4 +38,5 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Convert> {
         .or_else(|| einsum::lookup(op_type))
         .or_else(|| misc::lookup(op_type))
         .or_else(|| signal::lookup(op_type))
+        .or_else(|| sequence::lookup(op_type))
 }

@@ -9,14 +9,18 @@
 //!   `H = o ⊙ h(C)`.
 //!
 //! `clip` bounds the inputs of f and g (gate pre-activations, peepholes included) to
-//! `[-clip, clip]`, as onnxruntime does; the input of LSTM's h is not clipped. Reverse directions walk the sequence from its end; Y keeps time order.
+//! `[-clip, clip]`, as onnxruntime does; the input of LSTM's h is not clipped. Reverse
+//! directions walk the sequence from its end; Y keeps time order.
 //! `sequence_lens` must be known at import and equal the sequence length for every batch entry
 //! (shorter sequences would need per-entry masking, which is not implemented).
 
-use super::transformer::build::{bin, concat, fixed, lit, matmul, permute, reshape, slice, un};
+mod act;
+
+use super::transformer::build::{bin, concat, fixed, lit, matmul, permute, reshape, slice};
 use crate::import::{Convert, Ctx, Val, attrs};
 use crate::proto::NodeProto;
-use kiln_ir::{BinaryOp, Dim, Error, NodeId, Result, UnaryOp};
+use act::Act;
+use kiln_ir::{BinaryOp, Dim, Error, NodeId, Result};
 
 pub(super) fn lookup(op: &str) -> Option<Convert> {
     Some(match op {
@@ -59,105 +63,6 @@ impl Cell {
     }
 }
 
-/// The activation functions ONNX recurrent ops name, with their default parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Act {
-    Relu,
-    Tanh,
-    Sigmoid,
-    Softsign,
-    Softplus,
-    /// `alpha*x + beta` (1, 0).
-    Affine,
-    /// `x < 0 ? alpha*x : x` (0.01).
-    LeakyRelu,
-    /// `x > alpha ? x : 0` (1).
-    ThresholdedRelu,
-    /// `alpha * tanh(beta * x)` (1, 1).
-    ScaledTanh,
-    /// `clamp(alpha*x + beta, 0, 1)` (0.2, 0.5).
-    HardSigmoid,
-    /// `x < 0 ? alpha*(exp(x) - 1) : x` (1).
-    Elu,
-}
-
-impl Act {
-    fn parse(s: &str, op: &str) -> Result<Act> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "relu" => Act::Relu,
-            "tanh" => Act::Tanh,
-            "sigmoid" => Act::Sigmoid,
-            "softsign" => Act::Softsign,
-            "softplus" => Act::Softplus,
-            "affine" => Act::Affine,
-            "leakyrelu" => Act::LeakyRelu,
-            "thresholdedrelu" => Act::ThresholdedRelu,
-            "scaledtanh" => Act::ScaledTanh,
-            "hardsigmoid" => Act::HardSigmoid,
-            "elu" => Act::Elu,
-            _ => return Err(Error::Unsupported(format!("{op}: activation '{s}' is not supported"))),
-        })
-    }
-
-    fn apply(self, ctx: &mut Ctx, x: NodeId) -> Result<NodeId> {
-        let lin = |ctx: &mut Ctx, x: NodeId, a: f64, b: f64| -> Result<NodeId> {
-            let a = lit(ctx, x, a)?;
-            let ax = bin(ctx, BinaryOp::Mul, x, a)?;
-            if b == 0.0 {
-                return Ok(ax);
-            }
-            let b = lit(ctx, x, b)?;
-            bin(ctx, BinaryOp::Add, ax, b)
-        };
-        match self {
-            Act::Relu => un(ctx, UnaryOp::Relu, x),
-            Act::Tanh => un(ctx, UnaryOp::Tanh, x),
-            Act::Sigmoid => un(ctx, UnaryOp::Sigmoid, x),
-            Act::Softsign => {
-                let a = un(ctx, UnaryOp::Abs, x)?;
-                let one = lit(ctx, x, 1.0)?;
-                let d = bin(ctx, BinaryOp::Add, a, one)?;
-                bin(ctx, BinaryOp::Div, x, d)
-            }
-            Act::Softplus => {
-                let e = un(ctx, UnaryOp::Exp, x)?;
-                let one = lit(ctx, x, 1.0)?;
-                let s = bin(ctx, BinaryOp::Add, e, one)?;
-                un(ctx, UnaryOp::Log, s)
-            }
-            Act::Affine => lin(ctx, x, 1.0, 0.0),
-            Act::LeakyRelu => {
-                let zero = lit(ctx, x, 0.0)?;
-                let neg = bin(ctx, BinaryOp::Lt, x, zero)?;
-                let ax = lin(ctx, x, 0.01, 0.0)?;
-                ctx.add(kiln_ir::Op::Where, &[neg, ax, x])
-            }
-            Act::ThresholdedRelu => {
-                let one = lit(ctx, x, 1.0)?;
-                let zero = lit(ctx, x, 0.0)?;
-                let gt = bin(ctx, BinaryOp::Gt, x, one)?;
-                ctx.add(kiln_ir::Op::Where, &[gt, x, zero])
-            }
-            Act::ScaledTanh => un(ctx, UnaryOp::Tanh, x),
-            Act::HardSigmoid => {
-                let y = lin(ctx, x, 0.2, 0.5)?;
-                let zero = lit(ctx, x, 0.0)?;
-                let one = lit(ctx, x, 1.0)?;
-                let y = bin(ctx, BinaryOp::Max, y, zero)?;
-                bin(ctx, BinaryOp::Min, y, one)
-            }
-            Act::Elu => {
-                let zero = lit(ctx, x, 0.0)?;
-                let one = lit(ctx, x, 1.0)?;
-                let neg = bin(ctx, BinaryOp::Lt, x, zero)?;
-                let e = un(ctx, UnaryOp::Exp, x)?;
-                let em1 = bin(ctx, BinaryOp::Sub, e, one)?;
-                ctx.add(kiln_ir::Op::Where, &[neg, em1, x])
-            }
-        }
-    }
-}
-
 /// What every step of one direction needs.
 struct Dir {
     /// `X Wᵀ + Wb (+ Rb)` for all steps: `[S, B, G*H]`.
@@ -177,9 +82,19 @@ struct Dir {
 fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
     let op = cell.name();
     if ctx.opset < 7 {
-        return Err(Error::Unsupported(format!("{op} opset {} is not supported (7 and later are)", ctx.opset)));
+        return Err(Error::Unsupported(format!(
+            "{op} opset {} is not supported (7 and later are)",
+            ctx.opset
+        )));
     }
-    let mut known = vec!["activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size"];
+    let mut known = vec![
+        "activation_alpha",
+        "activation_beta",
+        "activations",
+        "clip",
+        "direction",
+        "hidden_size",
+    ];
     if ctx.opset >= 14 {
         known.push("layout");
     }
@@ -204,10 +119,16 @@ fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
     let nd = dirs.len();
     let layout = attrs::int(node, "layout", 0)?;
     if layout != 0 && layout != 1 {
-        return Err(Error::Value(format!("{op}: layout must be 0 or 1, not {layout}")));
+        return Err(Error::Value(format!(
+            "{op}: layout must be 0 or 1, not {layout}"
+        )));
     }
     let clip = attrs::float(node, "clip", 0.0)?;
-    let clip = if attrs::has(node, "clip") { Some(clip as f64) } else { None };
+    let clip = if attrs::has(node, "clip") {
+        Some(clip as f64)
+    } else {
+        None
+    };
     let linear_before_reset = attrs::int(node, "linear_before_reset", 0)? != 0;
     let input_forget = attrs::int(node, "input_forget", 0)? != 0;
     let per_dir = cell.default_acts().len();
@@ -220,9 +141,18 @@ fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
                     per_dir * nd
                 )));
             }
-            names.iter().map(|s| Act::parse(s, op)).collect::<Result<_>>()?
+            names
+                .iter()
+                .map(|s| Act::parse(s, op))
+                .collect::<Result<_>>()?
         }
-        None => cell.default_acts().iter().copied().cycle().take(per_dir * nd).collect(),
+        None => cell
+            .default_acts()
+            .iter()
+            .copied()
+            .cycle()
+            .take(per_dir * nd)
+            .collect(),
     };
 
     let x = ctx.input(node, 0)?;
@@ -230,10 +160,16 @@ fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
     let r = ctx.input(node, 2)?;
     let t = ctx.dtype(x);
     if !t.is_float() || ctx.dtype(w) != t || ctx.dtype(r) != t {
-        return Err(Error::DType(format!("{op} needs X, W and R of one float dtype")));
+        return Err(Error::DType(format!(
+            "{op} needs X, W and R of one float dtype"
+        )));
     }
     // Time-major X: [S, B, I].
-    let x = if layout == 1 { permute(ctx, x, &[1, 0, 2])? } else { x };
+    let x = if layout == 1 {
+        permute(ctx, x, &[1, 0, 2])?
+    } else {
+        x
+    };
     let xd = ctx.dims(x);
     let rd = ctx.dims(r);
     if xd.len() != 3 || rd.len() != 3 || ctx.rank(w) != 3 {
@@ -245,10 +181,15 @@ fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
     if let Some(h) = attrs::opt_int(node, "hidden_size")?
         && h != hidden as i64
     {
-        return Err(Error::Shape(format!("{op}: hidden_size {h} but R is {rd:?}")));
+        return Err(Error::Shape(format!(
+            "{op}: hidden_size {h} but R is {rd:?}"
+        )));
     }
     if rd[0] != Dim::Fixed(nd) || rd[1] != Dim::Fixed(g * hidden) {
-        return Err(Error::Shape(format!("{op}: R must be [{nd}, {}, {hidden}], got {rd:?}", g * hidden)));
+        return Err(Error::Shape(format!(
+            "{op}: R must be [{nd}, {}, {hidden}], got {rd:?}",
+            g * hidden
+        )));
     }
     if let Some(lens) = ctx.const_ints(node, 4, "sequence_lens")?
         && lens.iter().any(|&l| l != seq as i64)
@@ -259,16 +200,33 @@ fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
     }
     let batch = xd[1].clone();
     let state = |ctx: &mut Ctx, i: usize| -> Result<Option<NodeId>> {
-        let Some(s) = ctx.opt_input(node, i)? else { return Ok(None) };
-        Ok(Some(if layout == 1 { permute(ctx, s, &[1, 0, 2])? } else { s }))
+        let Some(s) = ctx.opt_input(node, i)? else {
+            return Ok(None);
+        };
+        Ok(Some(if layout == 1 {
+            permute(ctx, s, &[1, 0, 2])?
+        } else {
+            s
+        }))
     };
     let h_init = state(ctx, 5)?;
-    let c_init = if cell == Cell::Lstm { state(ctx, 6)? } else { None };
+    let c_init = if cell == Cell::Lstm {
+        state(ctx, 6)?
+    } else {
+        None
+    };
     let bias = ctx.opt_input(node, 3)?;
-    let peep = if cell == Cell::Lstm { ctx.opt_input(node, 7)? } else { None };
+    let peep = if cell == Cell::Lstm {
+        ctx.opt_input(node, 7)?
+    } else {
+        None
+    };
     let zeros = {
         let z = ctx.scalar(t, 0.0)?;
-        ctx.add(kiln_ir::Op::Expand(kiln_ir::Shape(vec![batch.clone(), Dim::Fixed(hidden)])), &[z])?
+        ctx.add(
+            kiln_ir::Op::Expand(kiln_ir::Shape(vec![batch.clone(), Dim::Fixed(hidden)])),
+            &[z],
+        )?
     };
     let bh = vec![batch.clone(), Dim::Fixed(hidden)];
     let gh = (g * hidden) as i64;
@@ -297,7 +255,10 @@ fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
                 let rzr = slice(ctx, rb, 0, 0, h0, 1)?;
                 let zero = {
                     let z = ctx.scalar(t, 0.0)?;
-                    ctx.add(kiln_ir::Op::Expand(kiln_ir::Shape(vec![Dim::Fixed(hidden)])), &[z])?
+                    ctx.add(
+                        kiln_ir::Op::Expand(kiln_ir::Shape(vec![Dim::Fixed(hidden)])),
+                        &[z],
+                    )?
                 };
                 rbh = Some(slice(ctx, rb, 0, h0, gh, 1)?);
                 let rb = concat(ctx, &[rzr, zero], 0)?;
@@ -347,7 +308,11 @@ fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
     }
     // Y: [S, D, B, H]; Y_h, Y_c: [D, B, H] (layout 1: [B, S, D, H] and [B, D, H]).
     let y = concat(ctx, &ys, 1)?;
-    let y = if layout == 1 { permute(ctx, y, &[2, 0, 1, 3])? } else { y };
+    let y = if layout == 1 {
+        permute(ctx, y, &[2, 0, 1, 3])?
+    } else {
+        y
+    };
     let mut outs = vec![Val::Node(y)];
     for finals in [hs, cs] {
         if finals.is_empty() {
@@ -355,10 +320,18 @@ fn recurrent(ctx: &mut Ctx, node: &NodeProto, cell: Cell) -> Result<Vec<Val>> {
         }
         let mut parts = Vec::new();
         for f in finals {
-            parts.push(reshape(ctx, f, vec![Dim::Fixed(1), batch.clone(), Dim::Fixed(hidden)])?);
+            parts.push(reshape(
+                ctx,
+                f,
+                vec![Dim::Fixed(1), batch.clone(), Dim::Fixed(hidden)],
+            )?);
         }
         let s = concat(ctx, &parts, 0)?;
-        outs.push(Val::Node(if layout == 1 { permute(ctx, s, &[1, 0, 2])? } else { s }));
+        outs.push(Val::Node(if layout == 1 {
+            permute(ctx, s, &[1, 0, 2])?
+        } else {
+            s
+        }));
     }
     Ok(outs)
 }
@@ -482,7 +455,16 @@ fn run_direction(
     }
     let mut parts = Vec::with_capacity(seq);
     for o in outs {
-        parts.push(reshape(ctx, o, vec![Dim::Fixed(1), Dim::Fixed(1), batch.clone(), Dim::Fixed(hidden)])?);
+        parts.push(reshape(
+            ctx,
+            o,
+            vec![
+                Dim::Fixed(1),
+                Dim::Fixed(1),
+                batch.clone(),
+                Dim::Fixed(hidden),
+            ],
+        )?);
     }
     let y = concat(ctx, &parts, 0)?;
     Ok((y, h, if cell == Cell::Lstm { c } else { None }))

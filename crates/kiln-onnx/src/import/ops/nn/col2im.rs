@@ -1,6 +1,7 @@
-//! Col2Im (2-D images) as a grouped transposed convolution with one-hot kernels, and Det of
+//! Col2Im (2-D and 3-D images) as a grouped transposed convolution with one-hot kernels, and Det of
 //! 1x1, 2x2 and 3x3 matrices in closed form.
 
+use super::volume::{Transposed3d, conv_transpose3d};
 use super::window::axis_ints;
 use crate::import::{Ctx, Val, attrs, one};
 use crate::proto::NodeProto;
@@ -8,18 +9,20 @@ use kiln_ir::{
     BinaryOp, ConvTranspose2dAttrs, Dim, Error, HostTensor, NodeId, Op, Result, Shape, SliceAxis,
 };
 
-/// ONNX Col2Im: sums the blocks (columns) of `[N, C*kh*kw, L]` back into `[N, C, H, W]`.
-/// Block channel `(c, i, j)` adds to image channel `c` at offset `(i*dh, j*dw)`, which is a
-/// transposed convolution with `groups = C` and a kernel that is 1 at `(i, j)` only.
+/// ONNX Col2Im: sums the blocks (columns) of `[N, C*prod(block), L]` back into `[N, C, *image]`
+/// (2-D or 3-D images). Block channel `(c, j)` (`j` a flat kernel position) adds to image
+/// channel `c` at offset `j * dilation`, which is a transposed convolution with `groups = C`
+/// and a kernel that is 1 at position `j` only.
 pub(super) fn col2im(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     attrs::check_known(node, &["dilations", "pads", "strides"])?;
     let x = ctx.input(node, 0)?;
     let image = ctx.const_ints(node, 1, "image_shape")?.unwrap_or_default();
     let block = ctx.const_ints(node, 2, "block_shape")?.unwrap_or_default();
-    if image.len() != 2 || block.len() != 2 {
+    let n = image.len();
+    if !(n == 2 || n == 3) || block.len() != n {
         return Err(Error::Unsupported(format!(
-            "Col2Im of a {}-D image is not supported by kiln (2-D only)",
-            image.len()
+            "Col2Im with image_shape {image:?} and block_shape {block:?} is not supported by kiln \
+             (2-D and 3-D images only)"
         )));
     }
     if !ctx.dtype(x).is_float() {
@@ -33,29 +36,27 @@ pub(super) fn col2im(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
             "Col2Im: image_shape {image:?} and block_shape {block:?} must be >= 1"
         )));
     }
-    let (img, k) = (
-        [image[0] as usize, image[1] as usize],
-        [block[0] as usize, block[1] as usize],
-    );
-    let stride = axis_ints(node, "strides", 2, 1)?;
-    let dil = axis_ints(node, "dilations", 2, 1)?;
-    let pads = axis_ints(node, "pads", 4, 0)?;
+    let img: Vec<usize> = image.iter().map(|&v| v as usize).collect();
+    let k: Vec<usize> = block.iter().map(|&v| v as usize).collect();
+    let stride = axis_ints(node, "strides", n, 1)?;
+    let dil = axis_ints(node, "dilations", n, 1)?;
+    let pads = axis_ints(node, "pads", 2 * n, 0)?;
     if stride.contains(&0) || dil.contains(&0) {
         return Err(Error::Value(format!(
             "Col2Im: strides {stride:?} and dilations {dil:?} must be >= 1"
         )));
     }
     let xs = ctx.fixed_shape(x, "Col2Im")?;
-    let kk = k[0] * k[1];
+    let kk: usize = k.iter().product();
     if xs.len() != 3 || xs[1] % kk != 0 {
         return Err(Error::Shape(format!(
             "Col2Im: input {xs:?} must be [N, C*{kk}, L]"
         )));
     }
     let c = xs[1] / kk;
-    let mut blocks = [0usize; 2];
-    for a in 0..2 {
-        let span = img[a] + pads[a] + pads[a + 2];
+    let mut blocks = vec![0usize; n];
+    for a in 0..n {
+        let span = img[a] + pads[a] + pads[a + n];
         let eff = dil[a] * (k[a] - 1) + 1;
         if span < eff {
             return Err(Error::Shape(format!(
@@ -64,19 +65,19 @@ pub(super) fn col2im(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
         }
         blocks[a] = (span - eff) / stride[a] + 1;
     }
-    if blocks[0] * blocks[1] != xs[2] {
+    if blocks.iter().product::<usize>() != xs[2] {
         return Err(Error::Shape(format!(
             "Col2Im: input {xs:?} has {} blocks, but image {img:?} holds {blocks:?}",
             xs[2]
         )));
     }
-    let mut out_pad = [0usize; 2];
-    for a in 0..2 {
+    let mut out_pad = vec![0usize; n];
+    for a in 0..n {
         let full = ((blocks[a] - 1) * stride[a] + dil[a] * (k[a] - 1) + 1) as i64
-            - (pads[a] + pads[a + 2]) as i64;
-        if full < 1 {
+            - (pads[a] + pads[a + n]) as i64;
+        if full < 1 || full as usize > img[a] {
             return Err(Error::Unsupported(format!(
-                "Col2Im: pads {pads:?} crop every block of image {img:?} on axis {a}"
+                "Col2Im: pads {pads:?} do not fit the blocks of image {img:?} on axis {a}"
             )));
         }
         out_pad[a] = img[a] - full as usize;
@@ -85,20 +86,32 @@ pub(super) fn col2im(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     for ch in 0..c * kk {
         w[ch * kk + ch % kk] = 1.0;
     }
-    let w = ctx.constant(HostTensor::from_vec(w, &[c * kk, 1, k[0], k[1]])?);
+    let mut w_shape = vec![c * kk, 1];
+    w_shape.extend(&k);
+    let w = ctx.constant(HostTensor::from_vec(w, &w_shape)?);
     let w = ctx.add(Op::Cast(ctx.dtype(x)), &[w])?;
     let mut dims = ctx.dims(x);
     dims.truncate(2);
-    dims.extend([Dim::Fixed(blocks[0]), Dim::Fixed(blocks[1])]);
-    let x4 = ctx.add(Op::Reshape(Shape(dims)), &[x])?;
+    dims.extend(blocks.iter().map(|&b| Dim::Fixed(b)));
+    let xb = ctx.add(Op::Reshape(Shape(dims)), &[x])?;
+    if n == 3 {
+        let g = Transposed3d {
+            stride: [stride[0], stride[1], stride[2]],
+            dilation: [dil[0], dil[1], dil[2]],
+            pads: [(pads[0], pads[3]), (pads[1], pads[4]), (pads[2], pads[5])],
+            output_padding: [out_pad[0], out_pad[1], out_pad[2]],
+            groups: c,
+        };
+        return one(conv_transpose3d(ctx, xb, w, None, &g)?);
+    }
     let a = ConvTranspose2dAttrs {
         stride: [stride[0], stride[1]],
         padding: [pads[0], pads[1], pads[2], pads[3]],
-        output_padding: out_pad,
+        output_padding: [out_pad[0], out_pad[1]],
         dilation: [dil[0], dil[1]],
         groups: c,
     };
-    one(ctx.add(Op::ConvTranspose2d(a), &[x4, w])?)
+    one(ctx.add(Op::ConvTranspose2d(a), &[xb, w])?)
 }
 
 /// Element `(i, j)` of the trailing matrices of `x` (`[.., n, n]` → `[..]`).

@@ -1,7 +1,8 @@
 //! Conv, ConvTranspose and their integer forms (ConvInteger, QLinearConv). 1-D convolutions
-//! run as 2-D ones over `[N, C, 1, L]`; 3-D ones are refused.
+//! run as 2-D ones over `[N, C, 1, L]`; 3-D ones are sums of 2-D ones (see `volume`).
 
 use super::quant;
+use super::volume::{self, Transposed3d};
 use super::window::{self, Window, lift, spatial_rank, unlift};
 use crate::import::{Ctx, Val, attrs, one};
 use crate::proto::NodeProto;
@@ -76,7 +77,11 @@ fn conv_node(
     let n = spatial_rank(ctx, x, node.op_type())?;
     let kernel = kernel_of(ctx, node, w, n)?;
     let spatial = ctx.dims(x)[2..].to_vec();
-    let win = window::read(node, kernel, &spatial)?.to_2d()?;
+    let win = window::read(node, kernel, &spatial)?;
+    if n == 3 {
+        return volume::conv3d(ctx, x, w, b, &win, group(node)?);
+    }
+    let win = win.to_2d()?;
     let a = Conv2dAttrs {
         stride: Window::pair(&win.stride),
         padding: win.padding(),
@@ -91,7 +96,7 @@ fn conv_node(
     unlift(ctx, y, n == 1)
 }
 
-/// ONNX ConvTranspose (1-D and 2-D): pads from `pads`, `auto_pad` or `output_shape`, as
+/// ONNX ConvTranspose (1-D, 2-D and 3-D): pads from `pads`, `auto_pad` or `output_shape`, as
 /// ONNX's reference and onnxruntime compute them.
 pub(super) fn conv_transpose(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     attrs::check_known(
@@ -182,6 +187,16 @@ pub(super) fn conv_transpose(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>
         }
         pads
     };
+    if n == 3 {
+        let g = Transposed3d {
+            stride: [stride[0], stride[1], stride[2]],
+            dilation: [dilation[0], dilation[1], dilation[2]],
+            pads: [pads[0], pads[1], pads[2]],
+            output_padding: [out_pad[0], out_pad[1], out_pad[2]],
+            groups: group(node)?,
+        };
+        return one(volume::conv_transpose3d(ctx, x, w, b, &g)?);
+    }
     let win = Window {
         kernel,
         stride,

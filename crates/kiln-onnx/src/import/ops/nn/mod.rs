@@ -1,5 +1,6 @@
 //! Neural-network ops: Conv, ConvTranspose, pooling, Gemm/MatMul, quantization, Resize,
-//! GridSample, Col2Im, Det. One file per kind; `window` holds the sliding-window attributes they share.
+//! GridSample, Col2Im, Det. One file per kind; `window` holds the sliding-window attributes they share,
+//! `volume` the 3-D (volumetric) forms built from the IR's 2-D ops.
 
 use crate::import::Convert;
 
@@ -10,6 +11,7 @@ mod grid;
 mod pool;
 mod quant;
 mod resize;
+mod volume;
 mod window;
 
 pub(super) fn lookup(op: &str) -> Option<Convert> {

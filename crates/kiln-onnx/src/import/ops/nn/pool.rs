@@ -1,6 +1,8 @@
-//! MaxPool, AveragePool, LpPool (1-D and 2-D, over the IR's Pool2d) and the global pools
-//! (any rank, as reductions over the spatial axes).
+//! MaxPool, AveragePool, LpPool (1-D and 2-D over the IR's Pool2d, 3-D as combinations of
+//! 2-D poolings, see `volume`) and the global pools (any rank, as reductions over the spatial
+//! axes).
 
+use super::volume::{self, Pool3d};
 use super::window::{self, Window, lift, spatial_rank, unlift};
 use crate::import::{Ctx, Val, attrs, one};
 use crate::proto::NodeProto;
@@ -128,8 +130,13 @@ pub(super) fn lp_pool(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     }
     let p = lp_p(node)?;
     let n = spatial_rank(ctx, x, "LpPool")?;
-    let win = read_window(ctx, node, x, n)?.to_2d()?;
+    let win = read_window(ctx, node, x, n)?;
     let xp = lp_pow(ctx, x, p)?;
+    if n == 3 {
+        let sum = volume::pool3d(ctx, xp, Pool3d::Sum, &win, false)?;
+        return one(lp_root(ctx, sum, p)?);
+    }
+    let win = win.to_2d()?;
     let x4 = lift(ctx, xp)?;
     // Sum over each window = mean over the zero-padded window (every tap counts) * its size.
     let padded = pad(ctx, x4, &win, 0.0)?;
@@ -189,11 +196,19 @@ fn pad(ctx: &mut Ctx, x: NodeId, w: &Window, fill: f64) -> Result<NodeId> {
     )
 }
 
-/// Max or average pooling of `node` on `x` (rank 3 or 4).
+/// Max or average pooling of `node` on `x` (rank 3, 4 or 5).
 fn pool(ctx: &mut Ctx, node: &NodeProto, x: NodeId, kind: PoolKind) -> Result<NodeId> {
     let n = spatial_rank(ctx, x, node.op_type())?;
-    let win = read_window(ctx, node, x, n)?.to_2d()?;
+    let win = read_window(ctx, node, x, n)?;
     let ceil = attrs::int(node, "ceil_mode", 0)? != 0;
+    if n == 3 {
+        let kind = match kind {
+            PoolKind::Max => Pool3d::Max,
+            PoolKind::Avg { count_include_pad } => Pool3d::Avg { count_include_pad },
+        };
+        return volume::pool3d(ctx, x, kind, &win, ceil);
+    }
+    let win = win.to_2d()?;
     let x4 = lift(ctx, x)?;
     let y = pool2d(ctx, x4, kind, &win, ceil)?;
     unlift(ctx, y, n == 1)

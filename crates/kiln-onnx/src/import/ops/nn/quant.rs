@@ -1,13 +1,13 @@
 //! QuantizeLinear, DequantizeLinear (per tensor, per axis, blocked; 8/16/32-bit integers),
-//! DynamicQuantizeLinear, and the requantization QLinearMatMul/QLinearConv share. Float8 and
-//! 4-bit types are refused (kiln has no such dtypes). Arithmetic follows ONNX's reference:
+//! DynamicQuantizeLinear, and the requantization QLinearMatMul/QLinearConv share. Float8,
+//! float4 and 4/2-bit types are held as patterns (`ops::lowp`). Arithmetic follows ONNX's reference:
 //! quantize divides in the input's float type and rounds half to even; dequantize works in f32.
 
 use crate::import::{Ctx, Val, attrs, one};
 use crate::proto::NodeProto;
 use crate::tensor::dtype_from_onnx;
 use kiln_ir::{
-    BinaryOp, DType, Dim, Error, HostTensor, NodeId, Op, ReduceOp, Result, Shape, UnaryOp,
+    BinaryOp, DType, Dim, Error, HostTensor, LowpType, NodeId, Op, ReduceOp, Result, Shape, UnaryOp,
 };
 
 /// The value range of an integer quantized type.
@@ -162,6 +162,14 @@ pub(super) fn quantize_linear(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val
     let x = ctx.input(node, 0)?;
     let scale = ctx.input(node, 1)?;
     let zp = ctx.opt_input(node, 2)?;
+    no_lowp(ctx, node, &[x, scale])?;
+    let lowp_out = match zp {
+        Some(z) => ctx.lowp.get(&z).copied(),
+        None => crate::lowp::lowp_from_onnx(attrs::int(node, "output_dtype", 0)? as i32),
+    };
+    if let Some(lt) = lowp_out {
+        return quantize_lowp(ctx, node, x, scale, zp, lt);
+    }
     let block = attrs::int(node, "block_size", 0)?;
     let out = match (zp, dtype_attr(node, "output_dtype")?) {
         (Some(z), Some(d)) if ctx.dtype(z) != d => {
@@ -205,6 +213,11 @@ pub(super) fn dequantize_linear(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<V
     let x = ctx.input(node, 0)?;
     let scale = ctx.input(node, 1)?;
     let zp = ctx.opt_input(node, 2)?;
+    no_lowp(ctx, node, &[scale])?;
+    if let Some(&lt) = ctx.lowp.get(&x) {
+        return dequantize_lowp(ctx, node, x, scale, zp, lt);
+    }
+    no_lowp(ctx, node, &zp.into_iter().collect::<Vec<_>>())?;
     let block = attrs::int(node, "block_size", 0)?;
     range(ctx.dtype(x))?;
     let sd = ctx.dtype(scale);
@@ -273,4 +286,131 @@ pub(super) fn dynamic_quantize_linear(ctx: &mut Ctx, node: &NodeProto) -> Result
     let xs = ctx.add(Op::Binary(BinaryOp::Div), &[x, scale])?;
     let y = requantize(ctx, xs, zp, DType::U8)?;
     Ok(vec![Val::Node(y), Val::Node(scale), Val::Node(zp)])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Low-precision types (float8, float4, 4/2-bit integers), held as patterns (`ops::lowp`).
+
+/// Refuses low-precision values where these converters take only plain ones.
+fn no_lowp(ctx: &Ctx, node: &NodeProto, ids: &[NodeId]) -> Result<()> {
+    match ids.iter().find_map(|id| ctx.lowp.get(id)) {
+        Some(lt) => Err(Error::Unsupported(format!(
+            "{}: a {} input is supported only as the quantized value (and its zero point)",
+            node.op_type(),
+            lt.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The value range of a low-precision integer type.
+fn lowp_range(lt: LowpType) -> (f64, f64) {
+    match lt {
+        LowpType::I4 => (-8.0, 7.0),
+        LowpType::U4 => (0.0, 15.0),
+        LowpType::I2 => (-2.0, 1.0),
+        _ => (0.0, 3.0),
+    }
+}
+
+/// QuantizeLinear to a low-precision type, as ONNX's reference: integers are
+/// `clamp(round_half_even(x / scale) + zp)`; float8 encodes `x / scale` (the zero point must be
+/// 0, and is ignored) with `saturate`; float4 encodes `x / scale + zp`, saturating.
+fn quantize_lowp(
+    ctx: &mut Ctx,
+    node: &NodeProto,
+    x: NodeId,
+    scale: NodeId,
+    zp: Option<NodeId>,
+    lt: LowpType,
+) -> Result<Vec<Val>> {
+    let code = attrs::int(node, "output_dtype", 0)?;
+    if code != 0 && crate::lowp::lowp_from_onnx(code as i32) != Some(lt) {
+        return Err(Error::Value(format!(
+            "QuantizeLinear: output_dtype {code} differs from the zero point's type {}",
+            lt.name()
+        )));
+    }
+    if lt == LowpType::F8E8M0 {
+        return Err(Error::Unsupported("QuantizeLinear to float8e8m0 is not an ONNX quantized type".into()));
+    }
+    let (xd, sd) = (ctx.dtype(x), ctx.dtype(scale));
+    if !xd.is_float() || !sd.is_float() {
+        return Err(Error::DType(format!("QuantizeLinear needs float x and scale, got {xd} and {sd}")));
+    }
+    let block = attrs::int(node, "block_size", 0)?;
+    let work = dtype_attr(node, "precision")?.unwrap_or(promote(xd, sd));
+    let s = shape_param(ctx, node, scale, x, block, "y_scale")?;
+    let s = ctx.add(Op::Cast(work), &[s])?;
+    let xw = ctx.add(Op::Cast(work), &[x])?;
+    let mut q = ctx.add(Op::Binary(BinaryOp::Div), &[xw, s])?;
+    let z = match zp {
+        Some(z) => {
+            let z = super::super::lowp::decoded(ctx, z)?;
+            Some(shape_param(ctx, node, z, x, block, "y_zero_point")?)
+        }
+        None => None,
+    };
+    let y = if lt.is_int() {
+        let (lo, hi) = lowp_range(lt);
+        let q = ctx.add(Op::Cast(DType::F64), &[q])?;
+        let mut r = ctx.add(Op::Unary(UnaryOp::Round), &[q])?;
+        if let Some(z) = z {
+            let z = ctx.add(Op::Cast(DType::F64), &[z])?;
+            r = ctx.add(Op::Binary(BinaryOp::Add), &[r, z])?;
+        }
+        let lo = ctx.scalar(DType::F64, lo)?;
+        let hi = ctx.scalar(DType::F64, hi)?;
+        let r = ctx.add(Op::Binary(BinaryOp::Max), &[r, lo])?;
+        let r = ctx.add(Op::Binary(BinaryOp::Min), &[r, hi])?;
+        super::super::lowp::encoded(ctx, r, lt, true)?
+    } else {
+        if lt == LowpType::F4E2M1
+            && let Some(z) = z
+        {
+            let z = ctx.add(Op::Cast(work), &[z])?;
+            q = ctx.add(Op::Binary(BinaryOp::Add), &[q, z])?;
+        }
+        let saturate = attrs::int(node, "saturate", 1)? != 0;
+        super::super::lowp::encoded(ctx, q, lt, saturate)?
+    };
+    one(y)
+}
+
+/// DequantizeLinear of a low-precision `x`, as ONNX's reference: integers are
+/// `(x - zp) * scale`; float8/float4 are `x * scale` (their zero point must be 0 and is
+/// ignored); in f32, cast to the scale's type (or `output_dtype`).
+fn dequantize_lowp(
+    ctx: &mut Ctx,
+    node: &NodeProto,
+    x: NodeId,
+    scale: NodeId,
+    zp: Option<NodeId>,
+    lt: LowpType,
+) -> Result<Vec<Val>> {
+    let sd = ctx.dtype(scale);
+    if !sd.is_float() {
+        return Err(Error::DType(format!("DequantizeLinear needs a float scale, got {sd}")));
+    }
+    let block = attrs::int(node, "block_size", 0)?;
+    let out = dtype_attr(node, "output_dtype")?.unwrap_or(sd);
+    let mut v = super::super::lowp::decoded(ctx, x)?;
+    if let Some(z) = zp
+        && lt.is_int()
+    {
+        if ctx.lowp.get(&z) != Some(&lt) {
+            return Err(Error::DType(format!(
+                "DequantizeLinear: the zero point must have x's type {}, got {}",
+                lt.name(),
+                ctx.lowp.get(&z).map_or_else(|| ctx.dtype(z).to_string(), |t| t.name().to_string())
+            )));
+        }
+        let z = super::super::lowp::decoded(ctx, z)?;
+        let z = shape_param(ctx, node, z, x, block, "x_zero_point")?;
+        v = ctx.add(Op::Binary(BinaryOp::Sub), &[v, z])?;
+    }
+    let s = shape_param(ctx, node, scale, x, block, "x_scale")?;
+    let s = ctx.add(Op::Cast(DType::F32), &[s])?;
+    let y = ctx.add(Op::Binary(BinaryOp::Mul), &[v, s])?;
+    one(ctx.add(Op::Cast(out), &[y])?)
 }

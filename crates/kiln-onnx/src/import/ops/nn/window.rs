@@ -107,7 +107,7 @@ impl Window {
                 pads: vec![(0, 0), self.pads[0]],
             }),
             n => Err(Error::Unsupported(format!(
-                "{n}-D windows are not supported by kiln (only 1-D and 2-D)"
+                "{n}-D windows have no 2-D form (3-D ones go through the volumetric converters)"
             ))),
         }
     }
@@ -128,13 +128,15 @@ impl Window {
     }
 }
 
-/// The number of spatial axes of an `[N, C, ...]` input of `op`, refusing anything but 1-D and 2-D.
+/// The number of spatial axes of an `[N, C, ...]` input of `op`, refusing anything but 1-D,
+/// 2-D and 3-D.
 pub(super) fn spatial_rank(ctx: &Ctx, x: NodeId, op: &str) -> Result<usize> {
     match ctx.rank(x) {
         3 => Ok(1),
         4 => Ok(2),
-        r if r > 4 => Err(Error::Unsupported(format!(
-            "{op} over {}-D spatial input {} is not supported by kiln (only 1-D and 2-D)",
+        5 => Ok(3),
+        r if r > 5 => Err(Error::Unsupported(format!(
+            "{op} over {}-D spatial input {} is not supported by kiln (only 1-D, 2-D and 3-D)",
             r - 2,
             ctx.ty(x).shape
         ))),

@@ -210,11 +210,7 @@ fn batch_norm(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     };
     attrs::check_known(node, known)?;
     if attrs::int(node, "training_mode", 0)? != 0 {
-        return Err(Error::Unsupported(
-            "BatchNormalization with training_mode=1 (batch statistics, running-stat outputs) is not supported; \
-             export the model in eval mode"
-                .into(),
-        ));
+        return batch_norm_training(ctx, node);
     }
     if ctx.opset < 7 && attrs::int(node, "is_test", 0)? == 0 {
         return Err(Error::Unsupported(
@@ -237,4 +233,45 @@ fn batch_norm(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     }
     let eps = attrs::float(node, "epsilon", 1e-5)? as f64;
     one(ctx.add(Op::BatchNorm { eps }, &ins)?)
+}
+
+/// BatchNormalization with `training_mode=1` (opsets 14, 15): normalizes with the batch
+/// statistics (mean and biased variance over every axis but 1) and also yields the running
+/// statistics `input * momentum + batch * (1 - momentum)` in the running stats' dtype.
+fn batch_norm_training(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
+    let x = ctx.input(node, 0)?;
+    let rank = ctx.rank(x);
+    if rank < 2 {
+        return Err(Error::Shape(format!(
+            "BatchNormalization needs an input [N, C, ..], got {}",
+            ctx.ty(x).shape
+        )));
+    }
+    let dtype = ctx.dtype(x);
+    let axes: Vec<usize> = (0..rank).filter(|&a| a != 1).collect();
+    let mean = reduce(ctx, ReduceOp::Mean, x, &axes, true)?;
+    let d = bin(ctx, BinaryOp::Sub, x, mean)?;
+    let sq = bin(ctx, BinaryOp::Mul, d, d)?;
+    let var = reduce(ctx, ReduceOp::Mean, sq, &axes, true)?;
+    let c = ctx.dims(x)[1].clone();
+    let mean_c = reshape(ctx, mean, vec![c.clone()])?;
+    let var_c = reshape(ctx, var, vec![c])?;
+    let eps = attrs::float(node, "epsilon", 1e-5)? as f64;
+    let scale = ctx.input(node, 1)?;
+    let scale = cast(ctx, scale, dtype)?;
+    let bias = ctx.input(node, 2)?;
+    let bias = cast(ctx, bias, dtype)?;
+    let y = ctx.add(Op::BatchNorm { eps }, &[x, scale, bias, mean_c, var_c])?;
+    let momentum = attrs::float(node, "momentum", 0.9)? as f64;
+    let mut outs = vec![Val::Node(y)];
+    for (i, batch) in [(3, mean_c), (4, var_c)] {
+        let run = ctx.input(node, i)?;
+        let batch = cast(ctx, batch, ctx.dtype(run))?;
+        let m = scalar_like(ctx, run, momentum)?;
+        let m1 = scalar_like(ctx, run, 1.0 - momentum)?;
+        let a = bin(ctx, BinaryOp::Mul, run, m)?;
+        let b = bin(ctx, BinaryOp::Mul, batch, m1)?;
+        outs.push(Val::Node(bin(ctx, BinaryOp::Add, a, b)?));
+    }
+    Ok(outs)
 }

@@ -13,7 +13,10 @@
 //!   repeated (`h0, h0, h1, h1, ..`) for grouped-query attention, softcap is applied before
 //!   the bias, and rows whose bias is all -inf give zeros (not NaN).
 
-use super::build::{bin, cast, concat, fixed, grid_bool, grid_i64, lit, matmul, permute, reduce, reshape, select, un};
+use super::build::{
+    bin, cast, concat, fixed, grid_bool, grid_i64, lit, matmul, permute, reduce, reshape, select,
+    un,
+};
 use crate::import::{Ctx, Val, attrs};
 use crate::proto::NodeProto;
 use crate::tensor::dtype_from_onnx;
@@ -30,7 +33,10 @@ enum Offset {
 /// The converter of ONNX Attention.
 pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     if ctx.opset < 23 {
-        return Err(Error::Unsupported(format!("Attention opset {} is not supported (23 and later are)", ctx.opset)));
+        return Err(Error::Unsupported(format!(
+            "Attention opset {} is not supported (23 and later are)",
+            ctx.opset
+        )));
     }
     let mut known = vec![
         "is_causal",
@@ -48,7 +54,9 @@ pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Resu
     let is_causal = attrs::int(node, "is_causal", 0)? != 0;
     let mode = attrs::int(node, "qk_matmul_output_mode", 0)?;
     if !(0..=3).contains(&mode) {
-        return Err(Error::Value(format!("Attention: qk_matmul_output_mode must be 0..3, not {mode}")));
+        return Err(Error::Value(format!(
+            "Attention: qk_matmul_output_mode must be 0..3, not {mode}"
+        )));
     }
     let softcap = attrs::float(node, "softcap", 0.0)? as f64;
     let left = attrs::int(node, "left_window_size", -1)?;
@@ -60,9 +68,13 @@ pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Resu
     }
     let softmax_dtype = match attrs::opt_int(node, "softmax_precision")? {
         Some(code) => {
-            let d = dtype_from_onnx(i32::try_from(code).map_err(|_| Error::Value(format!("bad type code {code}")))?)?;
+            let d = dtype_from_onnx(
+                i32::try_from(code).map_err(|_| Error::Value(format!("bad type code {code}")))?,
+            )?;
             if !d.is_float() {
-                return Err(Error::Value(format!("Attention: softmax_precision must be a float type, not {d}")));
+                return Err(Error::Value(format!(
+                    "Attention: softmax_precision must be a float type, not {d}"
+                )));
             }
             Some(d)
         }
@@ -94,23 +106,39 @@ pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Resu
     let kv_heads_attr = attrs::opt_int(node, "kv_num_heads")?;
     let (q4, k4, v4) = if rank == 3 {
         let (Some(hq), Some(hk)) = (q_heads_attr, kv_heads_attr) else {
-            return Err(Error::Value("Attention with 3-D inputs needs q_num_heads and kv_num_heads".into()));
+            return Err(Error::Value(
+                "Attention with 3-D inputs needs q_num_heads and kv_num_heads".into(),
+            ));
         };
-        (split_heads(ctx, q, hq, "Q")?, split_heads(ctx, k, hk, "K")?, split_heads(ctx, v, hk, "V")?)
+        (
+            split_heads(ctx, q, hq, "Q")?,
+            split_heads(ctx, k, hk, "K")?,
+            split_heads(ctx, v, hk, "V")?,
+        )
     } else {
         (q, k, v)
     };
 
     let past_k = ctx.opt_input(node, 4)?;
     let past_v = ctx.opt_input(node, 5)?;
-    let nonpad = if ctx.opset >= 24 { ctx.opt_input(node, 6)? } else { None };
+    let nonpad = if ctx.opset >= 24 {
+        ctx.opt_input(node, 6)?
+    } else {
+        None
+    };
     let (present_k, present_v) = match (past_k, past_v) {
         (Some(pk), Some(pv)) => (concat(ctx, &[pk, k4], 2)?, concat(ctx, &[pv, v4], 2)?),
         (None, None) => (k4, v4),
-        _ => return Err(Error::Value("Attention: past_key and past_value must be given together".into())),
+        _ => {
+            return Err(Error::Value(
+                "Attention: past_key and past_value must be given together".into(),
+            ));
+        }
     };
     if nonpad.is_some() && past_k.is_some() {
-        return Err(Error::Value("Attention: nonpad_kv_seqlen cannot be combined with past_key/past_value".into()));
+        return Err(Error::Value(
+            "Attention: nonpad_kv_seqlen cannot be combined with past_key/past_value".into(),
+        ));
     }
 
     let qd = ctx.dims(q4);
@@ -119,18 +147,26 @@ pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Resu
     let hq = fixed(&qd[1], "Attention", "number of query heads")?;
     let hk = fixed(&kd[1], "Attention", "number of key heads")?;
     let hv = fixed(&vd[1], "Attention", "number of value heads")?;
-    for (what, attr, got) in [("q_num_heads", q_heads_attr, hq), ("kv_num_heads", kv_heads_attr, hk)] {
+    for (what, attr, got) in [
+        ("q_num_heads", q_heads_attr, hq),
+        ("kv_num_heads", kv_heads_attr, hk),
+    ] {
         if let Some(a) = attr
             && a != got as i64
         {
-            return Err(Error::Shape(format!("Attention: {what} = {a} but the inputs have {got} heads")));
+            return Err(Error::Shape(format!(
+                "Attention: {what} = {a} but the inputs have {got} heads"
+            )));
         }
     }
     // Grouped-query attention: each K/V head serves hq/hk query heads.
     let (k_rep, v_rep) = if hq == hk && hk == hv {
         (present_k, present_v)
     } else if hk == hv && hk > 0 && hq % hk == 0 {
-        (repeat_heads(ctx, present_k, hq / hk)?, repeat_heads(ctx, present_v, hq / hk)?)
+        (
+            repeat_heads(ctx, present_k, hq / hk)?,
+            repeat_heads(ctx, present_v, hq / hk)?,
+        )
     } else {
         return Err(Error::Shape(format!(
             "Attention: {hq} query heads cannot share {hk} key / {hv} value heads (needs equal K/V heads dividing the query heads)"
@@ -157,10 +193,16 @@ pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Resu
     let q_len = qd[2].clone();
     let kv_len = kd[2].clone();
     let offset = match (past_k, nonpad) {
-        (Some(pk), _) => Offset::Static(fixed(&ctx.dims(pk)[2], "Attention", "past length")? as i64),
+        (Some(pk), _) => {
+            Offset::Static(fixed(&ctx.dims(pk)[2], "Attention", "past length")? as i64)
+        }
         (None, Some(n)) => {
             let n = cast(ctx, n, DType::I64)?;
-            Offset::PerBatch(reshape(ctx, n, vec![qd[0].clone(), Dim::Fixed(1), Dim::Fixed(1)])?)
+            Offset::PerBatch(reshape(
+                ctx,
+                n,
+                vec![qd[0].clone(), Dim::Fixed(1), Dim::Fixed(1)],
+            )?)
         }
         (None, None) => Offset::Static(0),
     };
@@ -169,7 +211,10 @@ pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Resu
         terms.push(mask_bias(ctx, m, t, &kv_len)?);
     }
     if is_causal {
-        let (ql, kl) = (fixed(&q_len, "Attention", "query length")?, fixed(&kv_len, "Attention", "key length")?);
+        let (ql, kl) = (
+            fixed(&q_len, "Attention", "query length")?,
+            fixed(&kv_len, "Attention", "key length")?,
+        );
         let allowed = match &offset {
             Offset::Static(off) => grid_bool(ctx, ql, kl, |i, j| j <= i + off)?,
             // j <= i + n[b] - q_len  <=>  j - i + q_len <= n[b]
@@ -182,7 +227,10 @@ pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Resu
         terms.push(bias_of(ctx, allowed, t)?);
     }
     if left >= 0 || right >= 0 {
-        let (ql, kl) = (fixed(&q_len, "Attention", "query length")?, fixed(&kv_len, "Attention", "key length")?);
+        let (ql, kl) = (
+            fixed(&q_len, "Attention", "query length")?,
+            fixed(&kv_len, "Attention", "key length")?,
+        );
         let inside = |diff: i64| (left < 0 || diff <= left) && (right < 0 || -diff <= right);
         let allowed = match &offset {
             Offset::Static(off) => grid_bool(ctx, ql, kl, |i, j| inside(i + off - j))?,
@@ -244,7 +292,11 @@ pub(in crate::import::ops) fn attention(ctx: &mut Ctx, node: &NodeProto) -> Resu
         y = permute(ctx, y, &[0, 2, 1, 3])?;
         let yd = ctx.dims(y);
         let dv = fixed(&yd[3], "Attention", "value head size")?;
-        y = reshape(ctx, y, vec![yd[0].clone(), yd[1].clone(), Dim::Fixed(hq * dv)])?;
+        y = reshape(
+            ctx,
+            y,
+            vec![yd[0].clone(), yd[1].clone(), Dim::Fixed(hq * dv)],
+        )?;
     }
     let mut outs = vec![Val::Node(y), Val::Node(present_k), Val::Node(present_v)];
     if node.output.get(3).is_some_and(|s| !s.is_empty()) {
@@ -282,7 +334,16 @@ fn split_heads(ctx: &mut Ctx, x: NodeId, heads: i64, what: &str) -> Result<NodeI
         )));
     }
     let h = heads as usize;
-    let x = reshape(ctx, x, vec![d[0].clone(), d[1].clone(), Dim::Fixed(h), Dim::Fixed(hidden / h)])?;
+    let x = reshape(
+        ctx,
+        x,
+        vec![
+            d[0].clone(),
+            d[1].clone(),
+            Dim::Fixed(h),
+            Dim::Fixed(hidden / h),
+        ],
+    )?;
     permute(ctx, x, &[0, 2, 1, 3])
 }
 
@@ -290,18 +351,42 @@ fn split_heads(ctx: &mut Ctx, x: NodeId, heads: i64, what: &str) -> Result<NodeI
 fn repeat_heads(ctx: &mut Ctx, x: NodeId, r: usize) -> Result<NodeId> {
     let d = ctx.dims(x);
     let h = fixed(&d[1], "Attention", "number of heads")?;
-    let x5 = reshape(ctx, x, vec![d[0].clone(), d[1].clone(), Dim::Fixed(1), d[2].clone(), d[3].clone()])?;
+    let x5 = reshape(
+        ctx,
+        x,
+        vec![
+            d[0].clone(),
+            d[1].clone(),
+            Dim::Fixed(1),
+            d[2].clone(),
+            d[3].clone(),
+        ],
+    )?;
     let e = ctx.add(
-        Op::Expand(Shape(vec![d[0].clone(), d[1].clone(), Dim::Fixed(r), d[2].clone(), d[3].clone()])),
+        Op::Expand(Shape(vec![
+            d[0].clone(),
+            d[1].clone(),
+            Dim::Fixed(r),
+            d[2].clone(),
+            d[3].clone(),
+        ])),
         &[x5],
     )?;
-    reshape(ctx, e, vec![d[0].clone(), Dim::Fixed(h * r), d[2].clone(), d[3].clone()])
+    reshape(
+        ctx,
+        e,
+        vec![d[0].clone(), Dim::Fixed(h * r), d[2].clone(), d[3].clone()],
+    )
 }
 
 /// `[B, q, kv]` → `[B, 1, q, kv]` (a per-batch mask must not broadcast against heads).
 fn per_batch_4d(ctx: &mut Ctx, a: NodeId) -> Result<NodeId> {
     let d = ctx.dims(a);
-    reshape(ctx, a, vec![d[0].clone(), Dim::Fixed(1), d[1].clone(), d[2].clone()])
+    reshape(
+        ctx,
+        a,
+        vec![d[0].clone(), Dim::Fixed(1), d[1].clone(), d[2].clone()],
+    )
 }
 
 /// 0 where `allowed`, -inf elsewhere, in `t`.
@@ -313,21 +398,38 @@ fn bias_of(ctx: &mut Ctx, allowed: NodeId, t: DType) -> Result<NodeId> {
 
 /// The user mask as an additive bias in `t`, its last axis padded with -inf to `kv_len`.
 fn mask_bias(ctx: &mut Ctx, m: NodeId, t: DType, kv_len: &Dim) -> Result<NodeId> {
-    let b = if ctx.dtype(m) == DType::Bool { bias_of(ctx, m, t)? } else { cast(ctx, m, t)? };
+    let b = if ctx.dtype(m) == DType::Bool {
+        bias_of(ctx, m, t)?
+    } else {
+        cast(ctx, m, t)?
+    };
     let d = ctx.dims(b);
     let Some(last) = d.last() else {
-        return Err(Error::Shape("Attention: attn_mask must have rank >= 1".into()));
+        return Err(Error::Shape(
+            "Attention: attn_mask must have rank >= 1".into(),
+        ));
     };
     if last == kv_len {
         return Ok(b);
     }
-    let (ml, kl) = (fixed(last, "Attention", "mask length")?, fixed(kv_len, "Attention", "key length")?);
+    let (ml, kl) = (
+        fixed(last, "Attention", "mask length")?,
+        fixed(kv_len, "Attention", "key length")?,
+    );
     if ml > kl {
-        return Err(Error::Shape(format!("Attention: attn_mask covers {ml} keys but there are only {kl}")));
+        return Err(Error::Shape(format!(
+            "Attention: attn_mask covers {ml} keys but there are only {kl}"
+        )));
     }
     let mut pads = vec![(0, 0); d.len()];
     if let Some(p) = pads.last_mut() {
         *p = (0, kl - ml);
     }
-    ctx.add(Op::Pad { pads, mode: PadMode::Constant(f64::NEG_INFINITY) }, &[b])
+    ctx.add(
+        Op::Pad {
+            pads,
+            mode: PadMode::Constant(f64::NEG_INFINITY),
+        },
+        &[b],
+    )
 }

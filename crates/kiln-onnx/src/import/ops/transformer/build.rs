@@ -2,7 +2,10 @@
 //! (each is one IR op; they keep the decompositions readable).
 
 use crate::import::Ctx;
-use kiln_ir::{BinaryOp, DType, Dim, Error, HostTensor, NodeId, Op, ReduceOp, Result, Shape, SliceAxis, UnaryOp};
+use kiln_ir::{
+    BinaryOp, DType, Dim, Error, HostTensor, NodeId, Op, ReduceOp, Result, Shape, SliceAxis,
+    UnaryOp,
+};
 
 /// `op(x)`.
 pub(in crate::import::ops) fn un(ctx: &mut Ctx, op: UnaryOp, x: NodeId) -> Result<NodeId> {
@@ -10,7 +13,12 @@ pub(in crate::import::ops) fn un(ctx: &mut Ctx, op: UnaryOp, x: NodeId) -> Resul
 }
 
 /// `op(a, b)` with broadcasting.
-pub(in crate::import::ops) fn bin(ctx: &mut Ctx, op: BinaryOp, a: NodeId, b: NodeId) -> Result<NodeId> {
+pub(in crate::import::ops) fn bin(
+    ctx: &mut Ctx,
+    op: BinaryOp,
+    a: NodeId,
+    b: NodeId,
+) -> Result<NodeId> {
     ctx.add(Op::Binary(op), &[a, b])
 }
 
@@ -21,13 +29,22 @@ pub(in crate::import::ops) fn lit(ctx: &mut Ctx, like: NodeId, v: f64) -> Result
 }
 
 /// `cond ? a : b`.
-pub(in crate::import::ops) fn select(ctx: &mut Ctx, cond: NodeId, a: NodeId, b: NodeId) -> Result<NodeId> {
+pub(in crate::import::ops) fn select(
+    ctx: &mut Ctx,
+    cond: NodeId,
+    a: NodeId,
+    b: NodeId,
+) -> Result<NodeId> {
     ctx.add(Op::Where, &[cond, a, b])
 }
 
 /// `x` converted to `to` (no node when it already is).
 pub(in crate::import::ops) fn cast(ctx: &mut Ctx, x: NodeId, to: DType) -> Result<NodeId> {
-    if ctx.dtype(x) == to { Ok(x) } else { ctx.add(Op::Cast(to), &[x]) }
+    if ctx.dtype(x) == to {
+        Ok(x)
+    } else {
+        ctx.add(Op::Cast(to), &[x])
+    }
 }
 
 /// `x` reshaped to `dims` (no node when the shape is already that).
@@ -47,11 +64,21 @@ pub(in crate::import::ops) fn permute(ctx: &mut Ctx, x: NodeId, perm: &[usize]) 
 }
 
 /// `x[.., start:end:step, ..]` along `axis`.
-pub(in crate::import::ops) fn slice(ctx: &mut Ctx, x: NodeId, axis: usize, start: i64, end: i64, step: i64) -> Result<NodeId> {
+pub(in crate::import::ops) fn slice(
+    ctx: &mut Ctx,
+    x: NodeId,
+    axis: usize,
+    start: i64,
+    end: i64,
+    step: i64,
+) -> Result<NodeId> {
     let mut axes = vec![SliceAxis::FULL; ctx.rank(x)];
-    let a = axes
-        .get_mut(axis)
-        .ok_or_else(|| Error::Shape(format!("slice: axis {axis} out of range for rank {}", ctx.rank(x))))?;
+    let a = axes.get_mut(axis).ok_or_else(|| {
+        Error::Shape(format!(
+            "slice: axis {axis} out of range for rank {}",
+            ctx.rank(x)
+        ))
+    })?;
     *a = SliceAxis { start, end, step };
     ctx.add(Op::Slice(axes), &[x])
 }
@@ -70,15 +97,33 @@ pub(in crate::import::ops) fn matmul(ctx: &mut Ctx, a: NodeId, b: NodeId) -> Res
 }
 
 /// Reduces `axes` (sorted) with `op`.
-pub(in crate::import::ops) fn reduce(ctx: &mut Ctx, op: ReduceOp, x: NodeId, axes: Vec<usize>, keep_dims: bool) -> Result<NodeId> {
+pub(in crate::import::ops) fn reduce(
+    ctx: &mut Ctx,
+    op: ReduceOp,
+    x: NodeId,
+    axes: Vec<usize>,
+    keep_dims: bool,
+) -> Result<NodeId> {
     if axes.is_empty() {
         return Ok(x);
     }
-    ctx.add(Op::Reduce { op, axes, keep_dims }, &[x])
+    ctx.add(
+        Op::Reduce {
+            op,
+            axes,
+            keep_dims,
+        },
+        &[x],
+    )
 }
 
 /// An i64 constant of `shape` whose element at multi-index `[i, j]` (2-D) is `f(i, j)`.
-pub(in crate::import::ops) fn grid_i64(ctx: &mut Ctx, rows: usize, cols: usize, f: impl Fn(i64, i64) -> i64) -> Result<NodeId> {
+pub(in crate::import::ops) fn grid_i64(
+    ctx: &mut Ctx,
+    rows: usize,
+    cols: usize,
+    f: impl Fn(i64, i64) -> i64,
+) -> Result<NodeId> {
     let mut v = Vec::with_capacity(rows * cols);
     for i in 0..rows as i64 {
         for j in 0..cols as i64 {
@@ -89,7 +134,12 @@ pub(in crate::import::ops) fn grid_i64(ctx: &mut Ctx, rows: usize, cols: usize, 
 }
 
 /// A bool constant `[rows, cols]` whose element `[i, j]` is `f(i, j)`.
-pub(in crate::import::ops) fn grid_bool(ctx: &mut Ctx, rows: usize, cols: usize, f: impl Fn(i64, i64) -> bool) -> Result<NodeId> {
+pub(in crate::import::ops) fn grid_bool(
+    ctx: &mut Ctx,
+    rows: usize,
+    cols: usize,
+    f: impl Fn(i64, i64) -> bool,
+) -> Result<NodeId> {
     let mut v = Vec::with_capacity(rows * cols);
     for i in 0..rows as i64 {
         for j in 0..cols as i64 {

@@ -8,9 +8,15 @@ use crate::proto::NodeProto;
 use kiln_ir::{BinaryOp, Dim, Error, Op, Result};
 
 /// The converter of ONNX RotaryEmbedding.
-pub(in crate::import::ops) fn rotary_embedding(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
+pub(in crate::import::ops) fn rotary_embedding(
+    ctx: &mut Ctx,
+    node: &NodeProto,
+) -> Result<Vec<Val>> {
     if ctx.opset < 23 {
-        return Err(Error::Unsupported(format!("RotaryEmbedding opset {} is not supported (23 and later are)", ctx.opset)));
+        return Err(Error::Unsupported(format!(
+            "RotaryEmbedding opset {} is not supported (23 and later are)",
+            ctx.opset
+        )));
     }
     attrs::check_known(node, &["interleaved", "rotary_embedding_dim", "num_heads"])?;
     let interleaved = attrs::int(node, "interleaved", 0)? != 0;
@@ -40,14 +46,31 @@ pub(in crate::import::ops) fn rotary_embedding(ctx: &mut Ctx, node: &NodeProto) 
                 )));
             }
             let h = num_heads as usize;
-            let x4 = reshape(ctx, x, vec![xd[0].clone(), xd[1].clone(), Dim::Fixed(h), Dim::Fixed(hidden / h)])?;
+            let x4 = reshape(
+                ctx,
+                x,
+                vec![
+                    xd[0].clone(),
+                    xd[1].clone(),
+                    Dim::Fixed(h),
+                    Dim::Fixed(hidden / h),
+                ],
+            )?;
             (x4, 1)
         }
         4 => (x, 2),
-        r => return Err(Error::Shape(format!("RotaryEmbedding needs a 3-D or 4-D input, got rank {r}"))),
+        r => {
+            return Err(Error::Shape(format!(
+                "RotaryEmbedding needs a 3-D or 4-D input, got rank {r}"
+            )));
+        }
     };
     let head = fixed(&ctx.dims(x4)[3], "RotaryEmbedding", "head size")?;
-    let rot = if rot_attr == 0 { head } else { rot_attr as usize };
+    let rot = if rot_attr == 0 {
+        head
+    } else {
+        rot_attr as usize
+    };
     if rot > head || rot % 2 != 0 {
         return Err(Error::Shape(format!(
             "RotaryEmbedding: rotary_embedding_dim {rot} must be even and at most the head size {head}"
@@ -75,9 +98,15 @@ pub(in crate::import::ops) fn rotary_embedding(ctx: &mut Ctx, node: &NodeProto) 
     let sin = reshape(ctx, sin, c4)?;
 
     let (x1, x2) = if interleaved {
-        (slice(ctx, x4, 3, 0, rot as i64, 2)?, slice(ctx, x4, 3, 1, rot as i64, 2)?)
+        (
+            slice(ctx, x4, 3, 0, rot as i64, 2)?,
+            slice(ctx, x4, 3, 1, rot as i64, 2)?,
+        )
     } else {
-        (slice(ctx, x4, 3, 0, half as i64, 1)?, slice(ctx, x4, 3, half as i64, rot as i64, 1)?)
+        (
+            slice(ctx, x4, 3, 0, half as i64, 1)?,
+            slice(ctx, x4, 3, half as i64, rot as i64, 1)?,
+        )
     };
     let real = {
         let a = bin(ctx, BinaryOp::Mul, cos, x1)?;
