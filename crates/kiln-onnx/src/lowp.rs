@@ -52,12 +52,18 @@ pub fn declared_lowp(v: &ValueInfoProto) -> Option<LowpType> {
 
 /// Decodes `t` like [`tensor_from_proto`], and also low-precision tensors, into their
 /// patterns; the second value says which low-precision type they are (`None`: a plain tensor).
-pub fn tensor_from_proto_lowp(t: &TensorProto, model_dir: Option<&Path>) -> Result<(HostTensor, Option<LowpType>)> {
+pub fn tensor_from_proto_lowp(
+    t: &TensorProto,
+    model_dir: Option<&Path>,
+) -> Result<(HostTensor, Option<LowpType>)> {
     match lowp_from_onnx(t.data_type()) {
         None => Ok((tensor_from_proto(t, model_dir)?, None)),
         Some(lt) => {
             let what = format!("tensor '{}' ({})", t.name(), lt.name());
-            Ok((decode(t, lt, model_dir).map_err(|e| e.context(&what))?, Some(lt)))
+            Ok((
+                decode(t, lt, model_dir).map_err(|e| e.context(&what))?,
+                Some(lt),
+            ))
         }
     }
 }
@@ -67,7 +73,8 @@ fn decode(t: &TensorProto, lt: LowpType, model_dir: Option<&Path>) -> Result<Hos
     let bits = lt.bits() as usize;
     let per_byte = 8 / bits;
     let nbytes = numel.div_ceil(per_byte);
-    let packed: Vec<u8> = if t.data_location() == crate::proto::tensor_proto::DataLocation::External {
+    let packed: Vec<u8> = if t.data_location() == crate::proto::tensor_proto::DataLocation::External
+    {
         crate::tensor::read_external(t, model_dir, nbytes)?
     } else if let Some(raw) = &t.raw_data {
         if raw.len() != nbytes {
@@ -92,7 +99,9 @@ fn decode(t: &TensorProto, lt: LowpType, model_dir: Option<&Path>) -> Result<Hos
     if lt.pattern_dtype() == kiln_ir::DType::I8 {
         // Sign-extend the field: shift it to the top of an i8, then back.
         let shift = 8 - bits;
-        let v: Vec<i8> = (0..numel).map(|i| ((field(i) << shift) as i8) >> shift).collect();
+        let v: Vec<i8> = (0..numel)
+            .map(|i| ((field(i) << shift) as i8) >> shift)
+            .collect();
         HostTensor::from_vec(v, &shape)
     } else {
         HostTensor::from_vec((0..numel).map(field).collect::<Vec<u8>>(), &shape)

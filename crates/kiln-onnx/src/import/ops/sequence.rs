@@ -12,7 +12,9 @@
 use crate::import::{Convert, Ctx, ImportOptions, Val, attrs, ints_of};
 use crate::model::{Container, ValueInfo};
 use crate::proto::NodeProto;
-use kiln_ir::{Dim, Error, HostTensor, NodeId, Op, Result, Shape, SliceAxis, TensorType, normalize_axis};
+use kiln_ir::{
+    Dim, Error, HostTensor, NodeId, Op, Result, Shape, SliceAxis, TensorType, normalize_axis,
+};
 use std::collections::HashMap;
 
 pub(super) fn lookup(op: &str) -> Option<Convert> {
@@ -34,15 +36,19 @@ pub(super) fn lookup(op: &str) -> Option<Convert> {
 
 /// Input `i` as a sequence's elements; an error when it is not a sequence.
 fn seq_input(ctx: &Ctx, node: &NodeProto, i: usize) -> Result<Vec<Val>> {
-    let name = node
-        .input
-        .get(i)
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| Error::Graph(format!("{} needs input {i} (a sequence), which is missing", node.op_type())))?;
+    let name = node.input.get(i).filter(|s| !s.is_empty()).ok_or_else(|| {
+        Error::Graph(format!(
+            "{} needs input {i} (a sequence), which is missing",
+            node.op_type()
+        ))
+    })?;
     match ctx.value(name)? {
         Val::Seq(items) => Ok(items.clone()),
         Val::Unavailable(why) => Err(Error::Unsupported(format!("value '{name}': {why}"))),
-        _ => Err(Error::Value(format!("{} input {i} ('{name}') must be a sequence, but it is a tensor", node.op_type()))),
+        _ => Err(Error::Value(format!(
+            "{} input {i} ('{name}') must be a sequence, but it is a tensor",
+            node.op_type()
+        ))),
     }
 }
 
@@ -69,7 +75,10 @@ fn tensor_of(ctx: &mut Ctx, v: &Val, what: &str) -> Result<NodeId> {
             // Materialised through a binding, as any named value is (`Ctx::input`).
             let key = format!("\u{1}sequence element/{what}");
             ctx.bind(&key, v.clone());
-            let probe = NodeProto { input: vec![key], ..Default::default() };
+            let probe = NodeProto {
+                input: vec![key],
+                ..Default::default()
+            };
             ctx.input(&probe, 0)
         }
     }
@@ -77,10 +86,22 @@ fn tensor_of(ctx: &mut Ctx, v: &Val, what: &str) -> Result<NodeId> {
 
 /// The position input `i` (a scalar or 1-element integer tensor, known at import) as an index
 /// into a sequence of `len` elements; `len` itself is allowed when `at_end` (an insert).
-fn position(ctx: &mut Ctx, node: &NodeProto, i: usize, len: usize, at_end: bool) -> Result<Option<usize>> {
-    let Some(p) = ctx.const_ints(node, i, "position")? else { return Ok(None) };
+fn position(
+    ctx: &mut Ctx,
+    node: &NodeProto,
+    i: usize,
+    len: usize,
+    at_end: bool,
+) -> Result<Option<usize>> {
+    let Some(p) = ctx.const_ints(node, i, "position")? else {
+        return Ok(None);
+    };
     let [p] = p[..] else {
-        return Err(Error::Shape(format!("{} position must hold one element, it has {}", node.op_type(), p.len())));
+        return Err(Error::Shape(format!(
+            "{} position must hold one element, it has {}",
+            node.op_type(),
+            p.len()
+        )));
     };
     let n = len as i64;
     let hi = if at_end { n } else { n - 1 };
@@ -102,7 +123,9 @@ fn sequence_empty(_ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
 
 fn sequence_construct(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     attrs::check_known(node, &[])?;
-    let items = (0..node.input.len()).map(|i| tensor_val(ctx, node, i)).collect::<Result<Vec<_>>>()?;
+    let items = (0..node.input.len())
+        .map(|i| tensor_val(ctx, node, i))
+        .collect::<Result<Vec<_>>>()?;
     Ok(vec![Val::Seq(items)])
 }
 
@@ -137,7 +160,9 @@ fn sequence_erase(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
 fn sequence_length(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     attrs::check_known(node, &[])?;
     let n = seq_input(ctx, node, 0)?.len() as i64;
-    Ok(vec![Val::Node(ctx.constant(HostTensor::from_vec(vec![n], &[])?))])
+    Ok(vec![Val::Node(
+        ctx.constant(HostTensor::from_vec(vec![n], &[])?),
+    )])
 }
 
 /// SplitToSequence: no `split` gives size-1 pieces (squeezed unless `keepdims`), a scalar
@@ -170,7 +195,9 @@ fn split_to_sequence(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
             if t.shape().is_empty() {
                 let s = v[0];
                 if s <= 0 {
-                    return Err(Error::Value(format!("SplitToSequence: split size {s} must be positive")));
+                    return Err(Error::Value(format!(
+                        "SplitToSequence: split size {s} must be positive"
+                    )));
                 }
                 let mut sizes = vec![s; (d / s) as usize];
                 if d % s != 0 {
@@ -191,7 +218,11 @@ fn split_to_sequence(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     let mut start = 0;
     for s in sizes {
         let mut sl = vec![SliceAxis::FULL; dims.len()];
-        sl[axis] = SliceAxis { start, end: start + s, step: 1 };
+        sl[axis] = SliceAxis {
+            start,
+            end: start + s,
+            step: 1,
+        };
         let mut piece = ctx.add(Op::Slice(sl), &[x])?;
         if squeeze {
             let mut out = ctx.dims(piece);
@@ -210,14 +241,20 @@ fn concat_from_sequence(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     attrs::check_known(node, &["axis", "new_axis"])?;
     let items = seq_input(ctx, node, 0)?;
     if items.is_empty() {
-        return Err(Error::Value("ConcatFromSequence of an empty sequence (it has no result shape)".into()));
+        return Err(Error::Value(
+            "ConcatFromSequence of an empty sequence (it has no result shape)".into(),
+        ));
     }
     let axis = attrs::opt_int(node, "axis")?
         .ok_or_else(|| Error::Value("ConcatFromSequence needs the 'axis' attribute".into()))?;
     let new_axis = match attrs::int(node, "new_axis", 0)? {
         0 => false,
         1 => true,
-        v => return Err(Error::Value(format!("ConcatFromSequence's new_axis must be 0 or 1, got {v}"))),
+        v => {
+            return Err(Error::Value(format!(
+                "ConcatFromSequence's new_axis must be 0 or 1, got {v}"
+            )));
+        }
     };
     let mut ids = Vec::with_capacity(items.len());
     for (i, v) in items.iter().enumerate() {
@@ -229,7 +266,9 @@ fn concat_from_sequence(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
         for id in ids.iter_mut() {
             let mut dims = ctx.dims(*id);
             if dims.len() != rank {
-                return Err(Error::Shape("ConcatFromSequence: the elements differ in rank".into()));
+                return Err(Error::Shape(
+                    "ConcatFromSequence: the elements differ in rank".into(),
+                ));
             }
             dims.insert(axis, Dim::Fixed(1));
             *id = ctx.add(Op::Reshape(Shape(dims)), &[*id])?;
@@ -252,7 +291,9 @@ fn optional(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
         return Ok(vec![Val::Opt(Some(Box::new(v)))]);
     }
     if !attrs::has(node, "type") {
-        return Err(Error::Value("Optional without an input needs the 'type' attribute".into()));
+        return Err(Error::Value(
+            "Optional without an input needs the 'type' attribute".into(),
+        ));
     }
     Ok(vec![Val::Opt(None)])
 }
@@ -263,13 +304,20 @@ fn optional_has_element(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
     let has = if Ctx::has_input(node, 0) {
         match ctx.value(&node.input[0])? {
             Val::Opt(v) => v.is_some(),
-            Val::Unavailable(why) => return Err(Error::Unsupported(format!("value '{}': {why}", node.input[0]))),
+            Val::Unavailable(why) => {
+                return Err(Error::Unsupported(format!(
+                    "value '{}': {why}",
+                    node.input[0]
+                )));
+            }
             _ => true,
         }
     } else {
         false
     };
-    Ok(vec![Val::Node(ctx.constant(HostTensor::from_vec(vec![has], &[])?))])
+    Ok(vec![Val::Node(
+        ctx.constant(HostTensor::from_vec(vec![has], &[])?),
+    )])
 }
 
 /// OptionalGetElement: the optional's value (an error when empty); a tensor or sequence
@@ -283,9 +331,9 @@ fn optional_get_element(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
         .ok_or_else(|| Error::Graph("OptionalGetElement needs its input".into()))?;
     match ctx.value(name)? {
         Val::Opt(Some(v)) => Ok(vec![(**v).clone()]),
-        Val::Opt(None) => {
-            Err(Error::Value(format!("OptionalGetElement of '{name}', which is an empty optional (it has no value)")))
-        }
+        Val::Opt(None) => Err(Error::Value(format!(
+            "OptionalGetElement of '{name}', which is an empty optional (it has no value)"
+        ))),
         v @ Val::Seq(_) => Ok(vec![v.clone()]),
         _ => Ok(vec![tensor_val(ctx, node, 0)?]),
     }
@@ -342,7 +390,10 @@ pub(crate) fn describe_input(
             flat.insert(name.to_string(), t.clone());
         }
         InputValue::Sequence(ts) => {
-            let types = ts.iter().map(|t| TensorType::new(t.dtype(), t.ir_shape())).collect();
+            let types = ts
+                .iter()
+                .map(|t| TensorType::new(t.dtype(), t.ir_shape()))
+                .collect();
             opts.input_sequences.insert(name.to_string(), types);
             for (i, t) in ts.iter().enumerate() {
                 flat.insert(element_name(name, i), t.clone());
@@ -353,7 +404,9 @@ pub(crate) fn describe_input(
         }
         InputValue::Optional(Some(inner)) => {
             if matches!(**inner, InputValue::Optional(_)) {
-                return Err(Error::Unsupported(format!("input '{name}': an optional of an optional")));
+                return Err(Error::Unsupported(format!(
+                    "input '{name}': an optional of an optional"
+                )));
             }
             describe_input(name, inner, opts, flat)?;
         }
@@ -385,7 +438,10 @@ pub(crate) fn bind_input(
                     leaf_input(ctx, &info.name, ty, opts, input_names)
                 }
                 Container::Optional(_) => {
-                    return Err(Error::Unsupported(format!("graph input '{}' is an optional of an optional", info.name)));
+                    return Err(Error::Unsupported(format!(
+                        "graph input '{}' is an optional of an optional",
+                        info.name
+                    )));
                 }
             };
             Val::Opt(Some(Box::new(inner)))
@@ -398,12 +454,18 @@ pub(crate) fn bind_input(
 /// The tensor type of a declared tensor `info`, with `shape` replacing the declared one.
 fn declared_type(info: &ValueInfo, shape: Option<Shape>) -> Result<TensorType> {
     let dtype = info.dtype.clone().map_err(|t| {
-        Error::Unsupported(format!("graph input '{}' holds values of type {t}, which kiln does not support", info.name))
+        Error::Unsupported(format!(
+            "graph input '{}' holds values of type {t}, which kiln does not support",
+            info.name
+        ))
     })?;
     let shape = match shape {
         Some(s) => s,
         None => info.shape().ok_or_else(|| {
-            Error::Unsupported(format!("graph input '{}' declares no rank; give its shape when importing", info.name))
+            Error::Unsupported(format!(
+                "graph input '{}' declares no rank; give its shape when importing",
+                info.name
+            ))
         })?,
     };
     Ok(TensorType::new(dtype, shape))
@@ -417,7 +479,9 @@ fn sequence_input(
     input_names: &mut Vec<String>,
 ) -> Result<Val> {
     if !matches!(elem.container, Container::None) {
-        return Err(Error::Unsupported(format!("graph input '{name}' is a sequence of sequences or optionals")));
+        return Err(Error::Unsupported(format!(
+            "graph input '{name}' is a sequence of sequences or optionals"
+        )));
     }
     let types = opts.input_sequences.get(name).ok_or_else(|| {
         Error::Unsupported(format!(
@@ -435,13 +499,25 @@ fn sequence_input(
                 ty.dtype
             )));
         }
-        items.push(leaf_input(ctx, &element_name(name, i), ty.clone(), opts, input_names));
+        items.push(leaf_input(
+            ctx,
+            &element_name(name, i),
+            ty.clone(),
+            opts,
+            input_names,
+        ));
     }
     Ok(Val::Seq(items))
 }
 
 /// A tensor graph input `name` of type `ty`, or a constant when its value is fixed in `opts`.
-fn leaf_input(ctx: &mut Ctx, name: &str, ty: TensorType, opts: &ImportOptions, input_names: &mut Vec<String>) -> Val {
+fn leaf_input(
+    ctx: &mut Ctx,
+    name: &str,
+    ty: TensorType,
+    opts: &ImportOptions,
+    input_names: &mut Vec<String>,
+) -> Val {
     if let Some(v) = opts.input_values.get(name) {
         return Val::Node(ctx.constant(v.clone()));
     }
@@ -451,7 +527,12 @@ fn leaf_input(ctx: &mut Ctx, name: &str, ty: TensorType, opts: &ImportOptions, i
 
 /// Makes graph output(s) of the value `v` of ONNX output `name` (appending their names to
 /// `output_names`) and says what they are.
-pub(crate) fn bind_output(ctx: &mut Ctx, name: &str, v: &Val, output_names: &mut Vec<String>) -> Result<OutputKind> {
+pub(crate) fn bind_output(
+    ctx: &mut Ctx,
+    name: &str,
+    v: &Val,
+    output_names: &mut Vec<String>,
+) -> Result<OutputKind> {
     match v {
         Val::Seq(items) => {
             for (i, item) in items.iter().enumerate() {
@@ -465,9 +546,16 @@ pub(crate) fn bind_output(ctx: &mut Ctx, name: &str, v: &Val, output_names: &mut
         Val::Opt(None) => Ok(OutputKind::Optional(None)),
         Val::Opt(Some(inner)) => {
             if matches!(**inner, Val::Opt(_)) {
-                return Err(Error::Unsupported(format!("graph output '{name}' is an optional of an optional")));
+                return Err(Error::Unsupported(format!(
+                    "graph output '{name}' is an optional of an optional"
+                )));
             }
-            Ok(OutputKind::Optional(Some(Box::new(bind_output(ctx, name, inner, output_names)?))))
+            Ok(OutputKind::Optional(Some(Box::new(bind_output(
+                ctx,
+                name,
+                inner,
+                output_names,
+            )?))))
         }
         Val::Unavailable(why) => Err(Error::Unsupported(format!("graph output '{name}': {why}"))),
         _ => {
