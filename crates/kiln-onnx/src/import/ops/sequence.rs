@@ -343,8 +343,11 @@ fn optional_get_element(ctx: &mut Ctx, node: &NodeProto) -> Result<Vec<Val>> {
 /// or an optional (`None`: empty).
 #[derive(Clone, Debug)]
 pub enum InputValue {
+    /// A tensor-typed input (or an optional's tensor).
     Tensor(HostTensor),
+    /// A sequence-typed input: its elements, in order.
     Sequence(Vec<HostTensor>),
+    /// An optional-typed input: its value, or `None` when empty.
     Optional(Option<Box<InputValue>>),
 }
 
