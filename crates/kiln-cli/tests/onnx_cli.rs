@@ -5,11 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use kiln_onnx::proto::tensor_shape_proto::{Dimension, dimension::Value as DimValue};
-use kiln_onnx::proto::{
-    GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, type_proto,
-};
+use kiln_ir::{DType, Dim};
+use kiln_onnx::builder::{self, tensor_info};
+use kiln_onnx::proto::{GraphProto, NodeProto, TensorProto};
 use prost::Message;
 
 fn kiln(args: &[&str]) -> Output {
@@ -62,45 +60,15 @@ fn assert_clean_failure(o: &Output) -> String {
 
 // ---- building ONNX models ----
 
-enum D {
-    N(i64),
-    P(&'static str),
-}
-
-fn value_info(name: &str, elem_type: i32, dims: &[D]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| Dimension {
-            value: Some(match d {
-                D::N(n) => DimValue::DimValue(*n),
-                D::P(p) => DimValue::DimParam(p.to_string()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem_type),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
+/// A node with a name, as exporters give them (inspect and errors report it).
 fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     NodeProto {
-        op_type: Some(op.into()),
         name: Some(name.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
+        ..builder::node(op, inputs, outputs, vec![])
     }
 }
 
+/// An f32 initializer in the typed `float_data` field (the builder writes `raw_data`).
 fn f32_init(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
     TensorProto {
         name: Some(name.into()),
@@ -111,19 +79,15 @@ fn f32_init(name: &str, dims: &[i64], data: &[f32]) -> TensorProto {
     }
 }
 
-fn model(graph: GraphProto) -> Vec<u8> {
-    ModelProto {
-        ir_version: Some(8),
-        producer_name: Some("kiln-test".into()),
-        producer_version: Some("0.1".into()),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(graph),
-        ..Default::default()
-    }
-    .encode_to_vec()
+/// Writes the model of `graph` at opset 17, with the producer that `inspect` reports, to
+/// `dir/file`.
+fn write_model(dir: &Path, file: &str, graph: GraphProto) -> PathBuf {
+    let mut m = builder::model(graph, 17).proto;
+    m.producer_name = Some("kiln-test".into());
+    m.producer_version = Some("0.1".into());
+    let p = dir.join(file);
+    std::fs::write(&p, m.encode_to_vec()).unwrap();
+    p
 }
 
 const W: [f32; 6] = [0.5, -1.0, 2.0, 0.25, -0.75, 1.5]; // [3, 2], row-major
@@ -139,13 +103,19 @@ fn mlp_model(dir: &Path) -> PathBuf {
             node("Relu", "act", &["S"], &["Y"]),
         ],
         initializer: vec![f32_init("W", &[3, 2], &W), f32_init("B", &[2], &B)],
-        input: vec![value_info("X", 1, &[D::P("batch"), D::N(3)])],
-        output: vec![value_info("Y", 1, &[D::P("batch"), D::N(2)])],
+        input: vec![tensor_info(
+            "X",
+            DType::F32,
+            &[Dim::sym("batch"), Dim::Fixed(3)],
+        )],
+        output: vec![tensor_info(
+            "Y",
+            DType::F32,
+            &[Dim::sym("batch"), Dim::Fixed(2)],
+        )],
         ..Default::default()
     };
-    let p = dir.join("mlp.onnx");
-    std::fs::write(&p, model(g)).unwrap();
-    p
+    write_model(dir, "mlp.onnx", g)
 }
 
 /// The reference: the same MLP as plain f64 loops.
@@ -358,18 +328,16 @@ fn int_bool_model(dir: &Path) -> PathBuf {
             node("Not", "not", &["mask"], &["inv"]),
         ],
         input: vec![
-            value_info("ids", 7, &[D::P("batch"), D::P("seq")]),
-            value_info("mask", 9, &[D::P("batch"), D::P("seq")]),
+            tensor_info("ids", DType::I64, &[Dim::sym("batch"), Dim::sym("seq")]),
+            tensor_info("mask", DType::Bool, &[Dim::sym("batch"), Dim::sym("seq")]),
         ],
         output: vec![
-            value_info("twice:0", 7, &[D::P("batch"), D::P("seq")]),
-            value_info("inv", 9, &[D::P("batch"), D::P("seq")]),
+            tensor_info("twice:0", DType::I64, &[Dim::sym("batch"), Dim::sym("seq")]),
+            tensor_info("inv", DType::Bool, &[Dim::sym("batch"), Dim::sym("seq")]),
         ],
         ..Default::default()
     };
-    let p = dir.join("intbool.onnx");
-    std::fs::write(&p, model(g)).unwrap();
-    p
+    write_model(dir, "intbool.onnx", g)
 }
 
 #[test]
@@ -431,12 +399,11 @@ fn f16_npy_inputs_are_read() {
     let dir = scratch("run-f16");
     let g = GraphProto {
         node: vec![node("Relu", "act", &["h"], &["r"])],
-        input: vec![value_info("h", 10, &[D::N(4)])],
-        output: vec![value_info("r", 10, &[D::N(4)])],
+        input: vec![tensor_info("h", DType::F16, &[Dim::Fixed(4)])],
+        output: vec![tensor_info("r", DType::F16, &[Dim::Fixed(4)])],
         ..Default::default()
     };
-    let m = dir.join("half.onnx");
-    std::fs::write(&m, model(g)).unwrap();
+    let m = write_model(&dir, "half.onnx", g);
     let vals = [1.5f32, -2.0, 0.0, 65504.0];
     let bytes: Vec<u8> = vals
         .iter()
@@ -586,13 +553,11 @@ fn unsupported_model(dir: &Path) -> PathBuf {
             node("Relu", "act", &["X"], &["R"]),
             node("FrobnicateOp", "frob_node", &["R"], &["Y"]),
         ],
-        input: vec![value_info("X", 1, &[D::N(2)])],
-        output: vec![value_info("Y", 1, &[D::N(2)])],
+        input: vec![tensor_info("X", DType::F32, &[Dim::Fixed(2)])],
+        output: vec![tensor_info("Y", DType::F32, &[Dim::Fixed(2)])],
         ..Default::default()
     };
-    let p = dir.join("unsupported.onnx");
-    std::fs::write(&p, model(g)).unwrap();
-    p
+    write_model(dir, "unsupported.onnx", g)
 }
 
 #[test]

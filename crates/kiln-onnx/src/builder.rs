@@ -6,14 +6,30 @@ use crate::proto::attribute_proto::AttributeType;
 use crate::proto::tensor_shape_proto::{Dimension, dimension};
 use crate::proto::type_proto::{self, Tensor};
 use crate::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
-    ValueInfoProto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto,
+    TypeProto, ValueInfoProto,
 };
 use crate::tensor::{dtype_to_onnx, tensor_to_proto};
 use kiln_ir::{DType, Dim, HostTensor};
 
 /// A graph input/output declaration: `dims` fixed (`Dim::Fixed`) or named (`Dim::Sym`).
 pub fn tensor_info(name: &str, dtype: DType, dims: &[Dim]) -> ValueInfoProto {
+    tensor_info_code(name, dtype_to_onnx(dtype), dims)
+}
+
+/// `tensor_info` with every dim fixed, the common case of tests.
+pub fn tensor_info_fixed(name: &str, dtype: DType, dims: &[usize]) -> ValueInfoProto {
+    tensor_info(name, dtype, &fixed(dims))
+}
+
+/// Fixed sizes as `Dim`s.
+pub fn fixed(dims: &[usize]) -> Vec<Dim> {
+    dims.iter().map(|&n| Dim::Fixed(n)).collect()
+}
+
+/// A declaration by raw ONNX element type code (`TensorProto.DataType`), for types kiln has no
+/// `DType` for (float8, int4, STRING) or for files that must carry an exact code.
+pub fn tensor_info_code(name: &str, elem_type: i32, dims: &[Dim]) -> ValueInfoProto {
     let dim = dims
         .iter()
         .map(|d| Dimension {
@@ -28,13 +44,19 @@ pub fn tensor_info(name: &str, dtype: DType, dims: &[Dim]) -> ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(TypeProto {
             value: Some(type_proto::Value::TensorType(Tensor {
-                elem_type: Some(dtype_to_onnx(dtype)),
+                elem_type: Some(elem_type),
                 shape: Some(TensorShapeProto { dim }),
             })),
             ..Default::default()
         }),
         ..Default::default()
     }
+}
+
+/// A declaration by name alone, leaving type and shape to the importer's inference (the usual
+/// form of graph outputs in exported models).
+pub fn untyped_info(name: &str) -> ValueInfoProto {
+    ValueInfoProto { name: Some(name.into()), ..Default::default() }
 }
 
 /// A node of the default (ai.onnx) domain; `""` in `inputs` skips an optional input.
@@ -46,6 +68,17 @@ pub fn node(op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<Attribut
         attribute,
         ..Default::default()
     }
+}
+
+/// A node of `domain` (e.g. `ai.onnx.ml`, or a model-local function's domain).
+pub fn node_in(
+    domain: &str,
+    op: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    attribute: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto { domain: Some(domain.into()), ..node(op, inputs, outputs, attribute) }
 }
 
 fn attr(name: &str, ty: AttributeType) -> AttributeProto {
@@ -77,6 +110,14 @@ pub fn attr_string(name: &str, v: &str) -> AttributeProto {
     AttributeProto { s: Some(v.as_bytes().to_vec()), ..attr(name, AttributeType::String) }
 }
 
+/// A strings attribute (e.g. the activations of RNN/GRU/LSTM).
+pub fn attr_strings(name: &str, v: &[&str]) -> AttributeProto {
+    AttributeProto {
+        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        ..attr(name, AttributeType::Strings)
+    }
+}
+
 /// A tensor attribute (e.g. Constant's `value`).
 pub fn attr_tensor(name: &str, t: &HostTensor) -> AttributeProto {
     AttributeProto { t: Some(tensor_to_proto(t, name)), ..attr(name, AttributeType::Tensor) }
@@ -104,12 +145,32 @@ pub fn graph(
     }
 }
 
+/// A tensor of raw little-endian bytes with ONNX element type code `elem_type`: packed
+/// low-precision data, or data that deliberately disagrees with `dims`.
+pub fn raw_tensor(name: &str, elem_type: i32, dims: &[i64], raw: Vec<u8>) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(elem_type),
+        raw_data: Some(raw),
+        ..Default::default()
+    }
+}
+
 /// A model of `graph` importing the default domain at `opset`.
 pub fn model(graph: GraphProto, opset: i64) -> OnnxModel {
+    model_with_opsets(graph, &[("", opset)])
+}
+
+/// A model of `graph` importing each `(domain, version)` of `opsets` (`""` is ai.onnx).
+pub fn model_with_opsets(graph: GraphProto, opsets: &[(&str, i64)]) -> OnnxModel {
     OnnxModel {
         proto: ModelProto {
             ir_version: Some(8),
-            opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(opset) }],
+            opset_import: opsets
+                .iter()
+                .map(|(d, v)| OperatorSetIdProto { domain: Some(d.to_string()), version: Some(*v) })
+                .collect(),
             producer_name: Some("kiln".into()),
             graph: Some(graph),
             ..Default::default()

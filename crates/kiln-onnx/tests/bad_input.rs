@@ -2,72 +2,38 @@
 //! never a panic, and never an allocation sized by a length field the file does not back.
 
 use kiln_ir::{DType, HostTensor};
+use kiln_onnx::builder::{self, graph, node_in, raw_tensor, tensor_info_fixed, untyped_info};
 use kiln_onnx::proto::tensor_proto::DataLocation;
-use kiln_onnx::proto::tensor_shape_proto::{Dimension, dimension};
-use kiln_onnx::proto::type_proto::{self, Tensor};
 use kiln_onnx::proto::{
-    FunctionProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto,
+    FunctionProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
 };
 use kiln_onnx::tensor::tensor_to_proto;
 use kiln_onnx::{ImportOptions, OnnxModel, import};
 use prost::Message;
 use std::path::PathBuf;
 
+/// ONNX `TensorProto.DataType` FLOAT, for hand-made tensor protos.
 const F32: i32 = 1;
 
-fn info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|&n| Dimension {
-            value: Some(dimension::Value::DimValue(n)),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(Tensor {
-                elem_type: Some(F32),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
+/// A node named after its op and first output, so that messages can be checked for the name.
 fn node(op: &str, domain: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+    let name = format!("{op}_{}", outputs.first().copied().unwrap_or(""));
     NodeProto {
-        op_type: Some(op.into()),
-        domain: Some(domain.into()),
-        name: Some(format!("{op}_{}", outputs.first().copied().unwrap_or(""))),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
+        name: Some(name),
+        ..node_in(domain, op, inputs, outputs, vec![])
     }
 }
 
 /// A model of `nodes` with input `x: f32[2,3]`, the given initializers, and output `y`.
 fn proto(nodes: Vec<NodeProto>, inits: Vec<TensorProto>) -> ModelProto {
-    ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(17),
-        }],
-        graph: Some(GraphProto {
-            node: nodes,
-            initializer: inits,
-            input: vec![info("x", &[2, 3])],
-            output: vec![ValueInfoProto {
-                name: Some("y".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let mut g = graph(
+        nodes,
+        vec![tensor_info_fixed("x", DType::F32, &[2, 3])],
+        vec![untyped_info("y")],
+        &[],
+    );
+    g.initializer = inits;
+    builder::model(g, 17).proto
 }
 
 /// `y = Relu(x)`: the well-formed model the malformed ones are made from.
@@ -77,7 +43,10 @@ fn good_bytes() -> Vec<u8> {
 
 /// The error message of importing `m` (decoding must succeed).
 fn import_err(m: ModelProto) -> String {
-    import_err_in(OnnxModel { proto: m, dir: None })
+    import_err_in(OnnxModel {
+        proto: m,
+        dir: None,
+    })
 }
 
 fn import_err_in(m: OnnxModel) -> String {
@@ -97,17 +66,6 @@ fn decode_err(bytes: &[u8]) -> String {
 fn assert_has(msg: &str, parts: &[&str]) {
     for p in parts {
         assert!(msg.contains(p), "message {msg:?} does not mention {p:?}");
-    }
-}
-
-/// A `TensorProto` of `dims` with `raw_data`.
-fn raw_tensor(name: &str, dims: &[i64], raw: Vec<u8>) -> TensorProto {
-    TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(F32),
-        raw_data: Some(raw),
-        ..Default::default()
     }
 }
 
@@ -165,7 +123,8 @@ fn random_bytes_are_refused() {
 
 #[test]
 fn wrong_magic_is_refused() {
-    let png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00";
+    let png =
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00";
     assert_has(&decode_err(png), &["not a valid ONNX model"]);
     let json = br#"{"graph": {"node": []}}"#;
     assert_has(&decode_err(json), &["not a valid ONNX model"]);
@@ -182,9 +141,15 @@ fn lying_length_prefix_is_a_decode_error() {
 
 #[test]
 fn op_in_an_unknown_domain_names_the_domain() {
-    let m = proto(vec![node("Frobnicate", "com.example", &["x"], &["y"])], vec![]);
+    let m = proto(
+        vec![node("Frobnicate", "com.example", &["x"], &["y"])],
+        vec![],
+    );
     let msg = import_err(m.clone());
-    assert_has(&msg, &["Frobnicate", "domain 'com.example' is not imported"]);
+    assert_has(
+        &msg,
+        &["Frobnicate", "domain 'com.example' is not imported"],
+    );
 
     // Imported domain, op without a converter: named, and listed by unsupported_ops.
     let mut m = m;
@@ -192,12 +157,18 @@ fn op_in_an_unknown_domain_names_the_domain() {
         domain: Some("com.example".into()),
         version: Some(1),
     });
-    let model = OnnxModel { proto: m, dir: None };
+    let model = OnnxModel {
+        proto: m,
+        dir: None,
+    };
     assert_eq!(
         model.unsupported_ops(),
         vec!["com.example::Frobnicate (opset 1)".to_string()]
     );
-    assert_has(&import_err_in(model), &["com.example::Frobnicate is not supported"]);
+    assert_has(
+        &import_err_in(model),
+        &["com.example::Frobnicate is not supported"],
+    );
 }
 
 #[test]
@@ -222,7 +193,10 @@ fn missing_graph_output_names_the_output() {
 fn cycles_are_reported_as_cycles() {
     // A node consuming its own output.
     let m = proto(vec![node("Add", "", &["x", "y"], &["y"])], vec![]);
-    assert_has(&import_err(m), &["input 'y' is produced by node 'Add_y'", "cycle"]);
+    assert_has(
+        &import_err(m),
+        &["input 'y' is produced by node 'Add_y'", "cycle"],
+    );
     // Two nodes feeding each other.
     let m = proto(
         vec![
@@ -241,8 +215,16 @@ fn cycles_are_reported_as_cycles() {
 #[test]
 fn dims_claiming_a_trillion_elements_with_tiny_data_are_refused() {
     // raw_data: 4 bytes for 10^12 f32 elements.
-    let msg = import_err(add_with(raw_tensor("w", &[1_000_000, 1_000_000], vec![0; 4])));
-    assert_has(&msg, &["tensor 'w'", "raw_data holds 4 bytes", "1000000000000"]);
+    let msg = import_err(add_with(raw_tensor(
+        "w",
+        F32,
+        &[1_000_000, 1_000_000],
+        vec![0; 4],
+    )));
+    assert_has(
+        &msg,
+        &["tensor 'w'", "raw_data holds 4 bytes", "1000000000000"],
+    );
 
     // Typed field: one float for 10^12 elements (checked before anything is allocated).
     let typed = TensorProto {
@@ -258,23 +240,31 @@ fn dims_claiming_a_trillion_elements_with_tiny_data_are_refused() {
     );
 
     // Dims whose product overflows, also when a zero dim makes the count 0.
-    let msg = import_err(add_with(raw_tensor("w", &[1 << 40, 1 << 40], vec![])));
+    let msg = import_err(add_with(raw_tensor("w", F32, &[1 << 40, 1 << 40], vec![])));
     assert_has(&msg, &["tensor 'w'", "overflow the element count"]);
-    let msg = import_err(add_with(raw_tensor("w", &[0, 1 << 40, 1 << 40], vec![])));
+    let msg = import_err(add_with(raw_tensor(
+        "w",
+        F32,
+        &[0, 1 << 40, 1 << 40],
+        vec![],
+    )));
     assert_has(&msg, &["tensor 'w'", "overflow the element count"]);
 }
 
 #[test]
 fn negative_dim_is_refused() {
-    let msg = import_err(add_with(raw_tensor("w", &[-1, 3], vec![0; 12])));
+    let msg = import_err(add_with(raw_tensor("w", F32, &[-1, 3], vec![0; 12])));
     assert_has(&msg, &["tensor 'w'", "negative dimension -1"]);
 }
 
 #[test]
 fn unsupported_element_type_is_named() {
-    let mut w = raw_tensor("w", &[3], vec![0; 3]);
+    let mut w = raw_tensor("w", F32, &[3], vec![0; 3]);
     w.data_type = Some(8); // STRING
-    assert_has(&import_err(add_with(w)), &["tensor 'w'", "STRING", "not supported"]);
+    assert_has(
+        &import_err(add_with(w)),
+        &["tensor 'w'", "STRING", "not supported"],
+    );
 }
 
 /// A fresh folder under the system temp dir, removed on drop.
@@ -318,7 +308,10 @@ fn external(location: &str, dims: &[i64], extra: &[(&str, &str)]) -> TensorProto
 fn external_data_stays_inside_the_model_folder() {
     let dir = TempDir::new("ext");
     // Control: a file inside the folder is read.
-    let w: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let w: Vec<u8> = [1.0f32, 2.0, 3.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     std::fs::write(dir.0.join("w.bin"), &w).unwrap();
     let ok = OnnxModel {
         proto: add_with(external("w.bin", &[3], &[])),
@@ -338,7 +331,11 @@ fn external_data_stays_inside_the_model_folder() {
     for loc in ["../../etc/passwd", "/etc/passwd", "sub/../../w.bin"] {
         assert_has(
             &at(loc, &[3], &[]),
-            &["tensor 'w'", loc, "must be a relative path inside the model's folder"],
+            &[
+                "tensor 'w'",
+                loc,
+                "must be a relative path inside the model's folder",
+            ],
         );
     }
     // A length or offset that the file does not back.
@@ -405,7 +402,10 @@ fn initializer_roundtrip_still_works() {
     let imp = import(&m, &ImportOptions::default()).unwrap();
     let y = kiln_cpu::run(&imp.graph, &[HostTensor::zeros(DType::F32, &[2, 3])]).unwrap();
     assert_eq!(y[0].to_f64_vec(), vec![1.0, -2.0, 3.0, 1.0, -2.0, 3.0]);
-    let raw = tensor_to_proto(&HostTensor::from_vec(vec![4.0f32, 5.0, 6.0], &[3]).unwrap(), "w");
+    let raw = tensor_to_proto(
+        &HostTensor::from_vec(vec![4.0f32, 5.0, 6.0], &[3]).unwrap(),
+        "w",
+    );
     let m = OnnxModel {
         proto: add_with(raw),
         dir: None,
@@ -417,7 +417,10 @@ fn initializer_roundtrip_still_works() {
 
 /// Local functions `f0(x) = x + x` and `fk(x) = f(k-1)(f(k-1)(x))`, and a main graph `y = f{depth}(x)`.
 fn doubling_functions(depth: usize) -> ModelProto {
-    let mut m = proto(vec![node(&format!("f{depth}"), "local", &["x"], &["y"])], vec![]);
+    let mut m = proto(
+        vec![node(&format!("f{depth}"), "local", &["x"], &["y"])],
+        vec![],
+    );
     let body = |k: usize| {
         if k == 0 {
             return vec![node("Add", "", &["a", "a"], &["b"])];
@@ -460,8 +463,18 @@ fn nested_function_calls_cannot_blow_up_the_graph() {
     // 40 levels would be 2^40 nodes from a file of a few kB: refused before any work.
     let start = std::time::Instant::now();
     let msg = import_err(doubling_functions(40));
-    assert_has(&msg, &["inlining function 'f40' (1099511627776 nodes", "inlined nodes"]);
-    assert!(start.elapsed().as_secs() < 5, "the refusal took {:?}", start.elapsed());
+    assert_has(
+        &msg,
+        &[
+            "inlining function 'f40' (1099511627776 nodes",
+            "inlined nodes",
+        ],
+    );
+    assert!(
+        start.elapsed().as_secs() < 5,
+        "the refusal took {:?}",
+        start.elapsed()
+    );
 
     // A function that calls itself.
     let mut m = doubling_functions(0);

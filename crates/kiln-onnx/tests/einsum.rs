@@ -2,8 +2,8 @@
 //! assignments: ellipsis broadcasting, diagonals, implicit output, three operands, full
 //! contraction, integer dtype, and refused equations.
 
-use kiln_ir::{DType, Dim, HostTensor};
-use kiln_onnx::builder::{attr_string, graph, model, node, tensor_info};
+use kiln_ir::{DType, HostTensor};
+use kiln_onnx::builder::{attr_string, graph, model, node, tensor_info, tensor_info_fixed};
 use kiln_onnx::{OnnxModel, import_for_inputs};
 use std::collections::HashMap;
 
@@ -14,13 +14,7 @@ fn einsum_model(eq: &str, shapes: &[Vec<usize>], dtype: DType) -> OnnxModel {
     let inputs = names
         .iter()
         .zip(shapes)
-        .map(|(n, s)| {
-            tensor_info(
-                n,
-                dtype,
-                &s.iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>(),
-            )
-        })
+        .map(|(n, s)| tensor_info_fixed(n, dtype, s))
         .collect();
     model(
         graph(vec![n], inputs, vec![tensor_info("y", dtype, &[])], &[]),

@@ -3,84 +3,19 @@
 //! of BitShift/Pow/Mod/Mish, and refusals (unknown attributes, mismatched dtypes, training
 //! dropout). Each result is checked against a plain f64 loop.
 
+mod support;
+
 use kiln_ir::half::f16;
-use kiln_ir::{DType, HostTensor};
-use kiln_onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+use kiln_ir::{DType, Dim, HostTensor};
+use kiln_onnx::builder::{
+    self, attr_float, attr_int, attr_string, graph, node, tensor_info, tensor_info_fixed,
 };
-use kiln_onnx::tensor::{dtype_to_onnx, tensor_to_proto};
-use kiln_onnx::{ImportOptions, OnnxModel, import, import_for_inputs};
-use std::collections::HashMap;
+use kiln_onnx::proto::{NodeProto, ValueInfoProto};
+use kiln_onnx::{ImportOptions, OnnxModel, import};
+use support::{assert_close, t, try_run};
 
-/// A declared dim: a size or a symbolic name.
-enum D {
-    N(i64),
-    S(&'static str),
-}
-
-fn value_info(name: &str, dtype: DType, dims: &[D]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| tensor_shape_proto::Dimension {
-            value: Some(match d {
-                D::N(n) => tensor_shape_proto::dimension::Value::DimValue(*n),
-                D::S(s) => tensor_shape_proto::dimension::Value::DimParam(s.to_string()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(dtype_to_onnx(dtype)),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn attr_i(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(2),
-        ..Default::default()
-    }
-}
-
-fn attr_f(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        f: Some(v),
-        r#type: Some(1),
-        ..Default::default()
-    }
-}
-
-fn attr_s(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        s: Some(v.as_bytes().to_vec()),
-        r#type: Some(3),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        attribute,
-        ..Default::default()
-    }
-}
-
-/// A one-node model: graph inputs `inputs`, constant initializers `inits`, outputs `outputs`.
+/// A one-node model: graph inputs `inputs`, constant initializers `inits`, outputs `outputs`
+/// declared with a dtype and no dims (the importer infers their shapes).
 fn model(
     opset: i64,
     n: NodeProto,
@@ -88,53 +23,11 @@ fn model(
     inits: &[(&str, HostTensor)],
     outputs: &[(&str, DType)],
 ) -> OnnxModel {
-    let graph = GraphProto {
-        node: vec![n],
-        input: inputs,
-        initializer: inits
-            .iter()
-            .map(|(name, t)| tensor_to_proto(t, name))
-            .collect(),
-        output: outputs
-            .iter()
-            .map(|(name, d)| value_info(name, *d, &[]))
-            .collect(),
-        ..Default::default()
-    };
-    OnnxModel {
-        proto: ModelProto {
-            ir_version: Some(8),
-            opset_import: vec![OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(opset),
-            }],
-            graph: Some(graph),
-            ..Default::default()
-        },
-        dir: None,
-    }
-}
-
-/// Imports specialised to `inputs` and runs; the error message when either step fails.
-fn run(m: &OnnxModel, inputs: &[(&str, HostTensor)]) -> Result<Vec<HostTensor>, String> {
-    let map: HashMap<String, HostTensor> = inputs
+    let outputs = outputs
         .iter()
-        .map(|(n, t)| (n.to_string(), t.clone()))
+        .map(|(name, d)| tensor_info(name, *d, &[]))
         .collect();
-    let (imp, bound) = import_for_inputs(m, &map).map_err(|e| e.to_string())?;
-    kiln_cpu::run(&imp.graph, &bound).map_err(|e| e.to_string())
-}
-
-fn t<T: kiln_ir::Element>(v: Vec<T>, shape: &[usize]) -> HostTensor {
-    HostTensor::from_vec(v, shape).expect("test tensor")
-}
-
-fn assert_close(got: &[f64], want: &[f64], tol: f64) {
-    assert_eq!(got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs());
-        assert!(ok, "element {i}: got {g}, want {w}");
-    }
+    builder::model(graph(vec![n], inputs, outputs, inits), opset)
 }
 
 #[test]
@@ -146,9 +39,13 @@ fn selu_f16_with_symbolic_batch_computes_in_f16() {
             "Selu",
             &["x"],
             &["y"],
-            vec![attr_f("alpha", alpha), attr_f("gamma", gamma)],
+            vec![attr_float("alpha", alpha), attr_float("gamma", gamma)],
         ),
-        vec![value_info("x", DType::F16, &[D::S("N"), D::N(3)])],
+        vec![tensor_info(
+            "x",
+            DType::F16,
+            &[Dim::sym("N"), Dim::Fixed(3)],
+        )],
         &[],
         &[("y", DType::F16)],
     );
@@ -179,12 +76,12 @@ fn selu_f16_with_symbolic_batch_computes_in_f16() {
 fn unknown_attribute_is_refused() {
     let m = model(
         14,
-        node("Relu", &["x"], &["y"], vec![attr_i("fancy", 1)]),
-        vec![value_info("x", DType::F32, &[D::N(2)])],
+        node("Relu", &["x"], &["y"], vec![attr_int("fancy", 1)]),
+        vec![tensor_info_fixed("x", DType::F32, &[2])],
         &[],
         &[("y", DType::F32)],
     );
-    let err = run(&m, &[("x", t(vec![1.0f32, -1.0], &[2]))]).unwrap_err();
+    let err = try_run(&m, &[("x", t(vec![1.0f32, -1.0], &[2]))]).unwrap_err();
     assert!(err.contains("fancy"), "{err}");
 }
 
@@ -196,18 +93,18 @@ fn opset6_add_broadcast_aligns_b_at_axis() {
             "Add",
             &["a", "b"],
             &["c"],
-            vec![attr_i("broadcast", 1), attr_i("axis", 1)],
+            vec![attr_int("broadcast", 1), attr_int("axis", 1)],
         ),
         vec![
-            value_info("a", DType::F64, &[D::N(2), D::N(3), D::N(4)]),
-            value_info("b", DType::F64, &[D::N(3)]),
+            tensor_info_fixed("a", DType::F64, &[2, 3, 4]),
+            tensor_info_fixed("b", DType::F64, &[3]),
         ],
         &[],
         &[("c", DType::F64)],
     );
     let a: Vec<f64> = (0..24).map(|i| i as f64).collect();
     let b = vec![100.0, 200.0, 300.0];
-    let got = run(
+    let got = try_run(
         &m,
         &[("a", t(a.clone(), &[2, 3, 4])), ("b", t(b.clone(), &[3]))],
     )
@@ -221,13 +118,13 @@ fn opset6_add_broadcast_aligns_b_at_axis() {
         6,
         node("Add", &["a", "b"], &["c"], vec![]),
         vec![
-            value_info("a", DType::F64, &[D::N(2), D::N(3)]),
-            value_info("b", DType::F64, &[D::N(3)]),
+            tensor_info_fixed("a", DType::F64, &[2, 3]),
+            tensor_info_fixed("b", DType::F64, &[3]),
         ],
         &[],
         &[("c", DType::F64)],
     );
-    let err = run(
+    let err = try_run(
         &m,
         &[
             ("a", t(vec![0.0; 6], &[2, 3])),
@@ -258,16 +155,16 @@ fn bitshift_right_is_arithmetic_for_signed_and_handles_any_amount() {
                 "BitShift",
                 &["x", "s"],
                 &["y"],
-                vec![attr_s("direction", dir)],
+                vec![attr_string("direction", dir)],
             ),
             vec![
-                value_info("x", DType::I8, &[D::N(8)]),
-                value_info("s", DType::I8, &[D::N(8)]),
+                tensor_info_fixed("x", DType::I8, &[8]),
+                tensor_info_fixed("s", DType::I8, &[8]),
             ],
             &[],
             &[("y", DType::I8)],
         );
-        let got = run(
+        let got = try_run(
             &m,
             &[("x", t(xs.clone(), &[8])), ("s", t(ss.clone(), &[8]))],
         )
@@ -288,15 +185,15 @@ fn pow_with_other_exponent_dtypes() {
         15,
         node("Pow", &["a", "b"], &["c"], vec![]),
         vec![
-            value_info("a", DType::I32, &[D::N(4)]),
-            value_info("b", DType::F32, &[D::N(4)]),
+            tensor_info_fixed("a", DType::I32, &[4]),
+            tensor_info_fixed("b", DType::F32, &[4]),
         ],
         &[],
         &[("c", DType::I32)],
     );
     let a = vec![2i32, 10, 7, -3];
     let b = vec![0.5f32, 1.5, 2.0, 3.0];
-    let got = run(&m, &[("a", t(a.clone(), &[4])), ("b", t(b.clone(), &[4]))]).expect("run");
+    let got = try_run(&m, &[("a", t(a.clone(), &[4])), ("b", t(b.clone(), &[4]))]).expect("run");
     let want: Vec<i32> = a
         .iter()
         .zip(&b)
@@ -309,13 +206,13 @@ fn pow_with_other_exponent_dtypes() {
         15,
         node("Pow", &["a", "b"], &["c"], vec![]),
         vec![
-            value_info("a", DType::F16, &[D::N(2)]),
-            value_info("b", DType::I64, &[D::N(2)]),
+            tensor_info_fixed("a", DType::F16, &[2]),
+            tensor_info_fixed("b", DType::I64, &[2]),
         ],
         &[],
         &[("c", DType::F16)],
     );
-    let got = run(
+    let got = try_run(
         &m,
         &[
             (
@@ -342,15 +239,16 @@ fn mod_fmod_0_follows_the_divisor_and_fmod_1_the_dividend() {
     for (fmod, f) in [(0, floor_mod), (1, c_fmod)] {
         let m = model(
             13,
-            node("Mod", &["a", "b"], &["c"], vec![attr_i("fmod", fmod)]),
+            node("Mod", &["a", "b"], &["c"], vec![attr_int("fmod", fmod)]),
             vec![
-                value_info("a", DType::I32, &[D::N(6)]),
-                value_info("b", DType::I32, &[D::N(6)]),
+                tensor_info_fixed("a", DType::I32, &[6]),
+                tensor_info_fixed("b", DType::I32, &[6]),
             ],
             &[],
             &[("c", DType::I32)],
         );
-        let got = run(&m, &[("a", t(a.clone(), &[6])), ("b", t(b.clone(), &[6]))]).expect("run");
+        let got =
+            try_run(&m, &[("a", t(a.clone(), &[6])), ("b", t(b.clone(), &[6]))]).expect("run");
         let want: Vec<i32> = a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect();
         assert_eq!(got[0].to_vec::<i32>().expect("i32"), want, "fmod={fmod}");
     }
@@ -362,11 +260,11 @@ fn mish_keeps_precision_for_very_negative_inputs() {
     let m = model(
         22,
         node("Mish", &["x"], &["y"], vec![]),
-        vec![value_info("x", DType::F32, &[D::N(xs.len() as i64)])],
+        vec![tensor_info_fixed("x", DType::F32, &[xs.len()])],
         &[],
         &[("y", DType::F32)],
     );
-    let got = run(&m, &[("x", t(xs.clone(), &[xs.len()]))]).expect("run");
+    let got = try_run(&m, &[("x", t(xs.clone(), &[xs.len()]))]).expect("run");
     let want: Vec<f64> = xs
         .iter()
         .map(|&x| x as f64 * (x as f64).exp().ln_1p().tanh())
@@ -380,14 +278,14 @@ fn mismatched_dtypes_and_non_bool_logic_are_errors() {
         13,
         node("Less", &["a", "b"], &["c"], vec![]),
         vec![
-            value_info("a", DType::F32, &[D::N(2)]),
-            value_info("b", DType::F64, &[D::N(2)]),
+            tensor_info_fixed("a", DType::F32, &[2]),
+            tensor_info_fixed("b", DType::F64, &[2]),
         ],
         &[],
         &[("c", DType::Bool)],
     );
     assert!(
-        run(
+        try_run(
             &m,
             &[
                 ("a", t(vec![1.0f32, 2.0], &[2])),
@@ -401,13 +299,13 @@ fn mismatched_dtypes_and_non_bool_logic_are_errors() {
         7,
         node("And", &["a", "b"], &["c"], vec![]),
         vec![
-            value_info("a", DType::I32, &[D::N(2)]),
-            value_info("b", DType::I32, &[D::N(2)]),
+            tensor_info_fixed("a", DType::I32, &[2]),
+            tensor_info_fixed("b", DType::I32, &[2]),
         ],
         &[],
         &[("c", DType::I32)],
     );
-    let err = run(
+    let err = try_run(
         &m,
         &[("a", t(vec![1i32, 2], &[2])), ("b", t(vec![3i32, 2], &[2]))],
     )
@@ -424,13 +322,13 @@ fn clip_opset6_attributes_and_min_above_max() {
             "Clip",
             &["x"],
             &["y"],
-            vec![attr_f("min", -0.5), attr_f("max", 0.5)],
+            vec![attr_float("min", -0.5), attr_float("max", 0.5)],
         ),
-        vec![value_info("x", DType::F64, &[D::N(6)])],
+        vec![tensor_info_fixed("x", DType::F64, &[6])],
         &[],
         &[("y", DType::F64)],
     );
-    let got = run(&m, &[("x", t(xs.clone(), &[6]))]).expect("run");
+    let got = try_run(&m, &[("x", t(xs.clone(), &[6]))]).expect("run");
     assert_close(
         &got[0].to_f64_vec(),
         &[-0.5, -0.25, 0.0, 0.5, 0.5, f64::NAN],
@@ -441,11 +339,11 @@ fn clip_opset6_attributes_and_min_above_max() {
     let m = model(
         13,
         node("Clip", &["x", "lo", "hi"], &["y"], vec![]),
-        vec![value_info("x", DType::I64, &[D::N(3)])],
+        vec![tensor_info_fixed("x", DType::I64, &[3])],
         &[("lo", t(vec![5i64], &[])), ("hi", t(vec![2i64], &[]))],
         &[("y", DType::I64)],
     );
-    let got = run(&m, &[("x", t(vec![-9i64, 3, 9], &[3]))]).expect("run");
+    let got = try_run(&m, &[("x", t(vec![-9i64, 3, 9], &[3]))]).expect("run");
     assert_eq!(got[0].to_vec::<i64>().expect("i64"), vec![2, 2, 2]);
 }
 
@@ -455,21 +353,25 @@ fn dropout_inference_mask_and_training_refusal() {
     let m = model(
         13,
         node("Dropout", &["x", "r"], &["y", "mask"], vec![]),
-        vec![value_info("x", DType::F32, &[D::S("N"), D::N(2)])],
+        vec![tensor_info(
+            "x",
+            DType::F32,
+            &[Dim::sym("N"), Dim::Fixed(2)],
+        )],
         &[("r", t(vec![0.5f32], &[]))],
         &[("y", DType::F32), ("mask", DType::Bool)],
     );
-    let got = run(&m, &[("x", x.clone())]).expect("run");
+    let got = try_run(&m, &[("x", x.clone())]).expect("run");
     assert_close(&got[0].to_f64_vec(), &x.to_f64_vec(), 0.0);
     assert_eq!(got[1].to_vec::<bool>().expect("bool"), vec![true; 4]);
 
     let m = model(
         13,
         node("Dropout", &["x", "r", "train"], &["y"], vec![]),
-        vec![value_info("x", DType::F32, &[D::N(2), D::N(2)])],
+        vec![tensor_info_fixed("x", DType::F32, &[2, 2])],
         &[("r", t(vec![0.5f32], &[])), ("train", t(vec![true], &[]))],
         &[("y", DType::F32)],
     );
-    let err = run(&m, &[("x", x)]).unwrap_err();
+    let err = try_run(&m, &[("x", x)]).unwrap_err();
     assert!(err.contains("training"), "{err}");
 }

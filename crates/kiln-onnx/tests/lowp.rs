@@ -1,24 +1,13 @@
 //! ONNX low-precision types (float8, float4, 4/2-bit integers) at the import boundary: packed
 //! initializers, graph outputs of those types, and ops that must refuse bit patterns.
 
-use kiln_ir::{DType, Dim, HostTensor, LowpType};
-use kiln_onnx::builder::{attr_int, attr_string, graph, model, node, tensor_info};
-use kiln_onnx::proto::{TensorProto, ValueInfoProto, type_proto};
+use kiln_ir::{DType, HostTensor, LowpType};
+use kiln_onnx::builder::{
+    attr_int, attr_string, fixed, graph, model, node, raw_tensor, tensor_info_code,
+    tensor_info_fixed,
+};
+use kiln_onnx::proto::TensorProto;
 use kiln_onnx::{ImportOptions, import};
-
-/// A declaration of `name` with ONNX element type `code` (kiln has no DType for it).
-fn info_code(name: &str, code: i32, dims: &[usize]) -> ValueInfoProto {
-    let mut v = tensor_info(
-        name,
-        DType::F32,
-        &dims.iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>(),
-    );
-    if let Some(type_proto::Value::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut())
-    {
-        t.elem_type = Some(code);
-    }
-    v
-}
 
 fn run(
     m: &kiln_onnx::OnnxModel,
@@ -32,13 +21,7 @@ fn run(
 #[test]
 fn packed_initializers_unpack_low_bits_first_and_sign_extend() {
     // INT4 [7, -8, -1, 2, 5]: nibbles low first, the odd last element in a low nibble.
-    let i4 = TensorProto {
-        name: Some("w".into()),
-        dims: vec![5],
-        data_type: Some(22),
-        raw_data: Some(vec![0x87, 0x2F, 0x05]),
-        ..Default::default()
-    };
+    let i4 = raw_tensor("w", 22, &[5], vec![0x87, 0x2F, 0x05]);
     // UINT2 [1, 2, 3, 0, 3] in int32_data: four per entry.
     let u2 = TensorProto {
         name: Some("u".into()),
@@ -54,8 +37,8 @@ fn packed_initializers_unpack_low_bits_first_and_sign_extend() {
         ],
         vec![],
         vec![
-            tensor_info("a", DType::F32, &[Dim::Fixed(5)]),
-            tensor_info("b", DType::F32, &[Dim::Fixed(5)]),
+            tensor_info_fixed("a", DType::F32, &[5]),
+            tensor_info_fixed("b", DType::F32, &[5]),
         ],
         &[],
     );
@@ -68,13 +51,7 @@ fn packed_initializers_unpack_low_bits_first_and_sign_extend() {
 
 #[test]
 fn a_packed_tensor_of_the_wrong_size_is_an_error() {
-    let bad = TensorProto {
-        name: Some("w".into()),
-        dims: vec![5],
-        data_type: Some(21),
-        raw_data: Some(vec![0; 2]),
-        ..Default::default()
-    };
+    let bad = raw_tensor("w", 21, &[5], vec![0; 2]);
     let e = kiln_onnx::lowp::tensor_from_proto_lowp(&bad, None)
         .unwrap_err()
         .to_string();
@@ -97,11 +74,11 @@ fn outputs_report_their_low_precision_type() {
                 vec![attr_int("to", 19), attr_int("saturate", 0)],
             ),
         ],
-        vec![tensor_info("x", DType::F32, &[Dim::Fixed(4)])],
+        vec![tensor_info_fixed("x", DType::F32, &[4])],
         vec![
-            info_code("i4", 22, &[4]),
-            info_code("u4", 21, &[4]),
-            info_code("f8", 19, &[4]),
+            tensor_info_code("i4", 22, &fixed(&[4])),
+            tensor_info_code("u4", 21, &fixed(&[4])),
+            tensor_info_code("f8", 19, &fixed(&[4])),
         ],
         &[],
     );
@@ -129,8 +106,8 @@ fn ops_that_do_not_know_low_precision_types_refuse_them() {
             node("Cast", &["x"], &["f8"], vec![attr_int("to", 17)]),
             node("Add", &["f8", "f8"], &["y"], vec![]),
         ],
-        vec![tensor_info("x", DType::F32, &[Dim::Fixed(2)])],
-        vec![info_code("y", 17, &[2])],
+        vec![tensor_info_fixed("x", DType::F32, &[2])],
+        vec![tensor_info_code("y", 17, &fixed(&[2]))],
         &[],
     );
     let e = import(&model(g, 21), &ImportOptions::default())
@@ -148,8 +125,8 @@ fn e8m0_round_modes_other_than_up_are_refused() {
             &["y"],
             vec![attr_int("to", 24), attr_string("round_mode", "nearest")],
         )],
-        vec![tensor_info("x", DType::F32, &[Dim::Fixed(2)])],
-        vec![info_code("y", 24, &[2])],
+        vec![tensor_info_fixed("x", DType::F32, &[2])],
+        vec![tensor_info_code("y", 24, &fixed(&[2]))],
         &[],
     );
     let e = import(&model(g, 25), &ImportOptions::default())

@@ -4,64 +4,19 @@
 //! truncation, complex input with a non-default axis, pads in MaxUnpool, default write
 //! indices, refused modes and types. Results are checked against naive f64 loops.
 
+mod support;
+
 use kiln_ir::{DType, HostTensor};
-use kiln_onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+use kiln_onnx::OnnxModel;
+use kiln_onnx::builder::{
+    attr_int, attr_ints, attr_string, graph, model_with_opsets, node_in, tensor_info_fixed,
+    untyped_info,
 };
-use kiln_onnx::tensor::{dtype_to_onnx, tensor_to_proto};
-use kiln_onnx::{OnnxModel, import_for_inputs};
-use std::collections::HashMap;
-
-fn attr_i(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(2),
-        ..Default::default()
-    }
-}
-
-fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        ints: v.to_vec(),
-        r#type: Some(7),
-        ..Default::default()
-    }
-}
-
-fn attr_s(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        s: Some(v.as_bytes().to_vec()),
-        r#type: Some(3),
-        ..Default::default()
-    }
-}
-
-fn info(name: &str, dtype: DType, dims: &[i64]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|&d| tensor_shape_proto::Dimension {
-            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(dtype_to_onnx(dtype)),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+use kiln_onnx::proto::{AttributeProto, ValueInfoProto};
+use support::{assert_tensor_close as assert_close, data, try_run};
 
 /// A one-node model of `domain` at `opset`; `consts` become initializers.
+#[allow(clippy::too_many_arguments)]
 fn model(
     domain: &str,
     op: &str,
@@ -72,67 +27,12 @@ fn model(
     node_inputs: &[&str],
     outputs: &[&str],
 ) -> OnnxModel {
-    let node = NodeProto {
-        op_type: Some(op.into()),
-        domain: Some(domain.into()),
-        input: node_inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        attribute: attrs,
-        ..Default::default()
-    };
-    let graph = GraphProto {
-        node: vec![node],
-        input: inputs.to_vec(),
-        initializer: consts.iter().map(|(n, t)| tensor_to_proto(t, n)).collect(),
-        output: outputs
-            .iter()
-            .map(|o| ValueInfoProto {
-                name: Some(o.to_string()),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    };
-    let proto = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(domain.into()),
-            version: Some(opset),
-        }],
-        graph: Some(graph),
-        ..Default::default()
-    };
-    OnnxModel { proto, dir: None }
-}
-
-fn run(m: &OnnxModel, inputs: &[(&str, HostTensor)]) -> kiln_ir::Result<Vec<HostTensor>> {
-    let map: HashMap<String, HostTensor> = inputs
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.clone()))
-        .collect();
-    let (imp, bound) =
-        import_for_inputs(m, &map).map_err(|e| kiln_ir::Error::Value(e.to_string()))?;
-    kiln_cpu::run(&imp.graph, &bound)
-}
-
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 4001) as f32 / 1000.0
-                - 2.0
-        })
-        .collect()
-}
-
-fn assert_close(got: &HostTensor, want: &[f64], tol: f64) {
-    let g = got.to_f64_vec();
-    assert_eq!(g.len(), want.len(), "element count");
-    for (i, (a, b)) in g.iter().zip(want).enumerate() {
-        assert!(
-            (a - b).abs() <= tol * (1.0 + b.abs()),
-            "element {i}: got {a}, want {b}"
-        );
-    }
+    let n = node_in(domain, op, node_inputs, outputs, attrs);
+    let declared = outputs.iter().map(|o| untyped_info(o)).collect();
+    model_with_opsets(
+        graph(vec![n], inputs.to_vec(), declared, consts),
+        &[(domain, opset)],
+    )
 }
 
 /// Naive complex DFT of `x` (length m, zero-padded or truncated to n), inverse scaled by 1/n.
@@ -165,13 +65,13 @@ fn dft_complex_input_on_axis_0_with_padding_and_truncation() {
             "",
             "DFT",
             17,
-            vec![attr_i("axis", 0), attr_i("inverse", inverse as i64)],
-            &[info("x", DType::F32, &[5, 3, 2])],
+            vec![attr_int("axis", 0), attr_int("inverse", inverse as i64)],
+            &[tensor_info_fixed("x", DType::F32, &[5, 3, 2])],
             &[("len", HostTensor::scalar(n as i64))],
             &["x", "len"],
             &["y"],
         );
-        let got = run(&m, &[("x", xt.clone())]).unwrap();
+        let got = try_run(&m, &[("x", xt.clone())]).unwrap();
         assert_eq!(got[0].shape(), &[n, 3, 2]);
         let mut want = vec![0.0; n * 6];
         for col in 0..3 {
@@ -195,15 +95,15 @@ fn dft_irfft_of_odd_length_matches_hermitian_extension() {
         "",
         "DFT",
         20,
-        vec![attr_i("inverse", 1), attr_i("onesided", 1)],
-        &[info("x", DType::F64, &[4, 2])],
+        vec![attr_int("inverse", 1), attr_int("onesided", 1)],
+        &[tensor_info_fixed("x", DType::F64, &[4, 2])],
         &[("len", HostTensor::from_vec(vec![7i64], &[1]).unwrap())],
         &["x", "len"],
         &["y"],
     );
     let xt =
         HostTensor::from_vec(x.iter().map(|&v| v as f64).collect::<Vec<_>>(), &[4, 2]).unwrap();
-    let got = run(&m, &[("x", xt)]).unwrap();
+    let got = try_run(&m, &[("x", xt)]).unwrap();
     assert_eq!(got[0].shape(), &[7, 1]);
     // Full spectrum: X[k] for k < 4, conj(X[7-k]) above; the DC bin's imaginary part is dropped.
     let half: Vec<(f64, f64)> = (0..4)
@@ -234,13 +134,13 @@ fn hann_window_with_integer_output() {
         "",
         "HannWindow",
         17,
-        vec![attr_i("output_datatype", 6)],
+        vec![attr_int("output_datatype", 6)],
         &[],
         &[("n", HostTensor::scalar(4i64))],
         &["n"],
         &["y"],
     );
-    let got = run(&m, &[]).unwrap();
+    let got = try_run(&m, &[]).unwrap();
     assert_eq!(got[0].dtype(), DType::I32);
     assert_eq!(got[0].to_vec::<i32>().unwrap(), vec![0, 0, 1, 0]);
 }
@@ -251,14 +151,14 @@ fn bitcast_keeps_bits_and_refuses_size_mismatch() {
         "",
         "BitCast",
         26,
-        vec![attr_i("to", 6)],
-        &[info("x", DType::F32, &[3])],
+        vec![attr_int("to", 6)],
+        &[tensor_info_fixed("x", DType::F32, &[3])],
         &[],
         &["x"],
         &["y"],
     );
     let x = HostTensor::from_vec(vec![1.0f32, -0.0, f32::NAN], &[3]).unwrap();
-    let got = run(&m, &[("x", x)]).unwrap();
+    let got = try_run(&m, &[("x", x)]).unwrap();
     let want: Vec<i32> = [1.0f32, -0.0, f32::NAN]
         .iter()
         .map(|v| v.to_bits() as i32)
@@ -268,13 +168,13 @@ fn bitcast_keeps_bits_and_refuses_size_mismatch() {
         "",
         "BitCast",
         26,
-        vec![attr_i("to", 7)],
-        &[info("x", DType::F32, &[3])],
+        vec![attr_int("to", 7)],
+        &[tensor_info_fixed("x", DType::F32, &[3])],
         &[],
         &["x"],
         &["y"],
     );
-    let err = run(
+    let err = try_run(
         &bad,
         &[("x", HostTensor::from_vec(vec![0f32; 3], &[3]).unwrap())],
     )
@@ -291,16 +191,16 @@ fn tensor_scatter_default_indices_and_bad_mode() {
         "",
         "TensorScatter",
         24,
-        vec![attr_i("axis", 1)],
+        vec![attr_int("axis", 1)],
         &[
-            info("c", DType::F32, &[2, 4, 3]),
-            info("u", DType::F32, &[2, 2, 3]),
+            tensor_info_fixed("c", DType::F32, &[2, 4, 3]),
+            tensor_info_fixed("u", DType::F32, &[2, 2, 3]),
         ],
         &[],
         &["c", "u"],
         &["y"],
     );
-    let got = run(
+    let got = try_run(
         &m,
         &[
             (
@@ -324,10 +224,10 @@ fn tensor_scatter_default_indices_and_bad_mode() {
         "",
         "TensorScatter",
         24,
-        vec![attr_s("mode", "ring")],
+        vec![attr_string("mode", "ring")],
         &[
-            info("c", DType::F32, &[2, 4, 3]),
-            info("u", DType::F32, &[2, 2, 3]),
+            tensor_info_fixed("c", DType::F32, &[2, 4, 3]),
+            tensor_info_fixed("u", DType::F32, &[2, 2, 3]),
         ],
         &[],
         &["c", "u"],
@@ -336,7 +236,7 @@ fn tensor_scatter_default_indices_and_bad_mode() {
     let c = HostTensor::from_vec(cache, &[2, 4, 3]).unwrap();
     let u = HostTensor::from_vec(upd, &[2, 2, 3]).unwrap();
     assert!(
-        run(&bad, &[("c", c), ("u", u)])
+        try_run(&bad, &[("c", c), ("u", u)])
             .unwrap_err()
             .to_string()
             .contains("ring")
@@ -355,7 +255,7 @@ fn max_unpool_with_pads() {
             attr_ints("strides", &[2]),
             attr_ints("pads", &[1, 1]),
         ],
-        &[info("x", DType::F32, &[1, 1, 3])],
+        &[tensor_info_fixed("x", DType::F32, &[1, 1, 3])],
         &[(
             "i",
             HostTensor::from_vec(vec![0i64, 2, 4], &[1, 1, 3]).unwrap(),
@@ -363,7 +263,7 @@ fn max_unpool_with_pads() {
         &["x", "i"],
         &["y"],
     );
-    let got = run(
+    let got = try_run(
         &m,
         &[(
             "x",
@@ -382,8 +282,8 @@ fn batch_norm_training_mode_outputs_running_stats() {
         "",
         "BatchNormalization",
         15,
-        vec![attr_i("training_mode", 1)],
-        &[info("x", DType::F32, &[2, 3, 4])],
+        vec![attr_int("training_mode", 1)],
+        &[tensor_info_fixed("x", DType::F32, &[2, 3, 4])],
         &[
             (
                 "s",
@@ -405,7 +305,7 @@ fn batch_norm_training_mode_outputs_running_stats() {
         &["x", "s", "b", "m", "v"],
         &["y", "rm", "rv"],
     );
-    let got = run(
+    let got = try_run(
         &m,
         &[("x", HostTensor::from_vec(x.clone(), &[2, 3, 4]).unwrap())],
     )
@@ -449,12 +349,12 @@ fn ml_binarizer_on_integers_uses_the_fractional_threshold() {
         "Binarizer",
         1,
         vec![t],
-        &[info("x", DType::I64, &[4])],
+        &[tensor_info_fixed("x", DType::I64, &[4])],
         &[],
         &["x"],
         &["y"],
     );
-    let got = run(
+    let got = try_run(
         &m,
         &[(
             "x",

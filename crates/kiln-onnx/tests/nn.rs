@@ -3,73 +3,18 @@
 //! than half the kernel, refused attributes and outputs. Results are checked against plain
 //! f64 loops.
 
-use kiln_ir::HostTensor;
-use kiln_onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+mod support;
+
+use kiln_ir::{DType, Dim, HostTensor};
+use kiln_onnx::builder::{
+    self, attr_float, attr_int, attr_ints, attr_string, graph, node, tensor_info, untyped_info,
 };
-use kiln_onnx::tensor::tensor_to_proto;
+use kiln_onnx::proto::AttributeProto;
 use kiln_onnx::{ImportOptions, OnnxModel, import};
+use support::assert_shaped_close as assert_close;
 
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        ints: v.to_vec(),
-        r#type: Some(7),
-        ..Default::default()
-    }
-}
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(2),
-        ..Default::default()
-    }
-}
-fn float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        f: Some(v),
-        r#type: Some(1),
-        ..Default::default()
-    }
-}
-fn string(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        s: Some(v.as_bytes().to_vec()),
-        r#type: Some(3),
-        ..Default::default()
-    }
-}
-
-/// A value info of ONNX element type `elem` with dims (`None` = the symbolic dim "N").
-fn info(name: &str, elem: i32, dims: &[Option<i64>]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| tensor_shape_proto::Dimension {
-            value: Some(match d {
-                Some(v) => tensor_shape_proto::dimension::Value::DimValue(*v),
-                None => tensor_shape_proto::dimension::Value::DimParam("N".into()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(elem),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// A one-node model: graph input "x" (f32, `dims`), constant inputs, outputs `outs`.
+/// A one-node model: graph input "x" (f32, `x_dims`, `None` = the symbolic dim "N"), constant
+/// inputs, outputs `outs`.
 fn model(
     op: &str,
     x_dims: &[Option<i64>],
@@ -78,38 +23,23 @@ fn model(
     outs: &[&str],
     opset: i64,
 ) -> OnnxModel {
-    let mut inputs = vec!["x".to_string()];
-    inputs.extend(consts.iter().map(|(n, _)| n.to_string()));
-    let node = NodeProto {
-        op_type: Some(op.into()),
-        input: inputs,
-        output: outs.iter().map(|s| s.to_string()).collect(),
-        attribute: attrs,
-        ..Default::default()
-    };
-    let graph = GraphProto {
-        node: vec![node],
-        input: vec![info("x", 1, x_dims)],
-        initializer: consts.iter().map(|(n, t)| tensor_to_proto(t, n)).collect(),
-        output: outs
-            .iter()
-            .map(|o| ValueInfoProto {
-                name: Some(o.to_string()),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    };
-    let proto = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(opset),
-        }],
-        graph: Some(graph),
-        ..Default::default()
-    };
-    OnnxModel { proto, dir: None }
+    let mut inputs = vec!["x"];
+    inputs.extend(consts.iter().map(|(n, _)| *n));
+    let dims: Vec<Dim> = x_dims
+        .iter()
+        .map(|d| d.map_or(Dim::sym("N"), |v| Dim::Fixed(v as usize)))
+        .collect();
+    let outputs = outs.iter().map(|o| untyped_info(o)).collect();
+    let n = node(op, &inputs, outs, attrs);
+    builder::model(
+        graph(
+            vec![n],
+            vec![tensor_info("x", DType::F32, &dims)],
+            outputs,
+            consts,
+        ),
+        opset,
+    )
 }
 
 fn run(m: &OnnxModel, x: HostTensor) -> Vec<HostTensor> {
@@ -119,17 +49,6 @@ fn run(m: &OnnxModel, x: HostTensor) -> Vec<HostTensor> {
 
 fn seq(n: usize, f: impl Fn(usize) -> f32) -> Vec<f32> {
     (0..n).map(f).collect()
-}
-
-fn assert_close(got: &HostTensor, want: &[f64], shape: &[usize]) {
-    assert_eq!(got.shape(), shape);
-    let g = got.to_f64_vec();
-    for (i, (a, b)) in g.iter().zip(want).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-            "element {i}: got {a}, want {b}"
-        );
-    }
 }
 
 #[test]
@@ -148,9 +67,9 @@ fn conv_1d_with_symbolic_batch_matches_naive() {
             ("b", HostTensor::from_vec(b.clone(), &[o]).unwrap()),
         ],
         vec![
-            ints("dilations", &[d as i64]),
-            ints("pads", &[p0 as i64, p1 as i64]),
-            ints("strides", &[s as i64]),
+            attr_ints("dilations", &[d as i64]),
+            attr_ints("pads", &[p0 as i64, p1 as i64]),
+            attr_ints("strides", &[s as i64]),
         ],
         &["y"],
         17,
@@ -189,8 +108,8 @@ fn average_pool_with_pads_over_half_the_kernel_excludes_padding() {
         &[Some(1), Some(1), Some(h as i64), Some(w as i64)],
         &[],
         vec![
-            ints("kernel_shape", &[k as i64, k as i64]),
-            ints("pads", &[p as i64; 4]),
+            attr_ints("kernel_shape", &[k as i64, k as i64]),
+            attr_ints("pads", &[p as i64; 4]),
         ],
         &["y"],
         19,
@@ -230,10 +149,10 @@ fn gemm_transposes_and_scales() {
             ("c", HostTensor::from_vec(cv.clone(), &[4]).unwrap()),
         ],
         vec![
-            int("transA", 1),
-            int("transB", 1),
-            float("alpha", 0.5),
-            float("beta", 2.0),
+            attr_int("transA", 1),
+            attr_int("transB", 1),
+            attr_float("alpha", 0.5),
+            attr_float("beta", 2.0),
         ],
         &["y"],
         13,
@@ -263,7 +182,7 @@ fn quantize_per_axis_rounds_half_to_even_and_saturates() {
             ("s", HostTensor::from_vec(scale.clone(), &[2]).unwrap()),
             ("z", HostTensor::from_vec(zp.clone(), &[2]).unwrap()),
         ],
-        vec![int("axis", 0)],
+        vec![attr_int("axis", 0)],
         &["y"],
         13,
     );
@@ -299,8 +218,8 @@ fn resize_align_corners_from_scales_uses_the_unrounded_length() {
             ),
         ],
         vec![
-            string("mode", "linear"),
-            string("coordinate_transformation_mode", "align_corners"),
+            attr_string("mode", "linear"),
+            attr_string("coordinate_transformation_mode", "align_corners"),
         ],
         &["y"],
         13,
@@ -325,7 +244,7 @@ fn refused_attribute_output_and_rank_are_errors() {
         "Conv",
         &[Some(1), Some(1), Some(3), Some(3)],
         &[("w", w)],
-        vec![int("foo", 1)],
+        vec![attr_int("foo", 1)],
         &["y"],
         13,
     );
@@ -338,7 +257,7 @@ fn refused_attribute_output_and_rank_are_errors() {
         "MaxPool",
         &[Some(1), Some(1), Some(4), Some(4)],
         &[],
-        vec![ints("kernel_shape", &[2, 2])],
+        vec![attr_ints("kernel_shape", &[2, 2])],
         &["y", "i"],
         13,
     );
@@ -351,7 +270,7 @@ fn refused_attribute_output_and_rank_are_errors() {
         "MaxPool",
         &[Some(1), Some(1), Some(2), Some(2), Some(2), Some(2)],
         &[],
-        vec![ints("kernel_shape", &[2, 2, 2, 2])],
+        vec![attr_ints("kernel_shape", &[2, 2, 2, 2])],
         &["y"],
         13,
     );
@@ -370,9 +289,9 @@ fn max_pool_with_pads_over_half_the_kernel_ignores_padding() {
         &[Some(1), Some(1), Some(h as i64), Some(w as i64)],
         &[],
         vec![
-            ints("kernel_shape", &[k as i64, k as i64]),
-            ints("pads", &[p as i64; 4]),
-            ints("strides", &[s as i64; 2]),
+            attr_ints("kernel_shape", &[k as i64, k as i64]),
+            attr_ints("pads", &[p as i64; 4]),
+            attr_ints("strides", &[s as i64; 2]),
         ],
         &["y"],
         12,
@@ -444,10 +363,10 @@ fn conv_3d_random_matches_naive_seven_loops() {
             ("b", HostTensor::from_vec(b.clone(), &[o]).unwrap()),
         ],
         vec![
-            ints("dilations", &d.map(|v| v as i64)),
-            ints("pads", &pads),
-            ints("strides", &s.map(|v| v as i64)),
-            int("group", g as i64),
+            attr_ints("dilations", &d.map(|v| v as i64)),
+            attr_ints("pads", &pads),
+            attr_ints("strides", &s.map(|v| v as i64)),
+            attr_int("group", g as i64),
         ],
         &["y"],
         11,
@@ -522,10 +441,10 @@ fn average_pool_3d_ceil_mode_divides_by_taps_inside_the_input() {
         ],
         &[],
         vec![
-            ints("kernel_shape", &k.map(|v| v as i64)),
-            ints("strides", &s.map(|v| v as i64)),
-            ints("pads", &pads),
-            int("ceil_mode", 1),
+            attr_ints("kernel_shape", &k.map(|v| v as i64)),
+            attr_ints("strides", &s.map(|v| v as i64)),
+            attr_ints("pads", &pads),
+            attr_int("ceil_mode", 1),
         ],
         &["y"],
         19,
@@ -605,11 +524,11 @@ fn conv_transpose_3d_strided_dilated_padded_matches_naive() {
             ("b", HostTensor::from_vec(b.clone(), &[o]).unwrap()),
         ],
         vec![
-            ints("dilations", &d.map(|v| v as i64)),
-            ints("pads", &pads),
-            ints("strides", &s.map(|v| v as i64)),
-            ints("output_padding", &op.map(|v| v as i64)),
-            int("group", g as i64),
+            attr_ints("dilations", &d.map(|v| v as i64)),
+            attr_ints("pads", &pads),
+            attr_ints("strides", &s.map(|v| v as i64)),
+            attr_ints("output_padding", &op.map(|v| v as i64)),
+            attr_int("group", g as i64),
         ],
         &["y"],
         11,

@@ -2,75 +2,42 @@
 //! the ONNX equations: bidirectional batch-first LSTM with peepholes, clip and initial states,
 //! reverse GRU with `linear_before_reset`, RNN with a Relu activation, and refused inputs.
 
+mod support;
+
 use kiln_ir::{DType, Dim, HostTensor};
-use kiln_onnx::builder::{
-    attr_float, attr_floats, attr_int, attr_string, graph, model, node, tensor_info,
-};
+use kiln_onnx::builder::{attr_float, attr_floats, attr_int, attr_string, attr_strings, fixed};
 use kiln_onnx::proto::AttributeProto;
 use kiln_onnx::{ImportOptions, OnnxModel, import, import_for_inputs};
 use std::collections::HashMap;
+use support::{assert_shaped_close as assert_close, one_node, run, sine};
 
 fn seq(n: usize, k: f64) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i as f64 * k).sin() * 0.9) as f32)
-        .collect()
+    sine(n, k, 0.9)
 }
 
-fn one_node(
+/// `support::one_node` with fixed dims; `lens` (sequence_lens) is i32, everything else f32.
+fn rnn_model(
     op: &str,
     ins: &[(&str, Vec<usize>)],
     attrs: Vec<AttributeProto>,
     outs: &[&str],
     opset: i64,
 ) -> OnnxModel {
-    let names: Vec<&str> = ins.iter().map(|i| i.0).collect();
-    let n = node(op, &names, outs, attrs);
-    let inputs = ins
+    let ins: Vec<(&str, DType, Vec<Dim>)> = ins
         .iter()
-        .filter(|i| !i.0.is_empty())
         .map(|(n, s)| {
-            let dt = if *n == "lens" { DType::I32 } else { DType::F32 };
-            tensor_info(n, dt, &s.iter().map(|&d| Dim::Fixed(d)).collect::<Vec<_>>())
+            (
+                *n,
+                if *n == "lens" { DType::I32 } else { DType::F32 },
+                fixed(s),
+            )
         })
         .collect();
-    let outputs = outs
-        .iter()
-        .filter(|o| !o.is_empty())
-        .map(|o| tensor_info(o, DType::F32, &[]))
-        .collect();
-    model(graph(vec![n], inputs, outputs, &[]), opset)
-}
-
-fn run(m: &OnnxModel, vals: &[(&str, HostTensor)]) -> Vec<HostTensor> {
-    let map: HashMap<String, HostTensor> = vals
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.clone()))
-        .collect();
-    let (imp, bound) = import_for_inputs(m, &map).expect("import");
-    kiln_cpu::run(&imp.graph, &bound).expect("run")
+    one_node(op, &ins, attrs, outs, opset)
 }
 
 fn t(v: &[f32], s: &[usize]) -> HostTensor {
     HostTensor::from_vec(v.to_vec(), s).unwrap()
-}
-
-fn assert_close(got: &HostTensor, want: &[f64], shape: &[usize]) {
-    assert_eq!(got.shape(), shape);
-    for (i, (a, b)) in got.to_f64_vec().iter().zip(want).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-            "element {i}: got {a}, want {b}"
-        );
-    }
-}
-
-fn strings_attr(name: &str, v: &[&str]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
-        r#type: Some(8),
-        ..Default::default()
-    }
 }
 
 fn sig(x: f64) -> f64 {
@@ -94,7 +61,7 @@ fn lstm_bidirectional_batch_first_peepholes_clip_matches_naive() {
     let x = seq(b * s * i, 0.57); // layout 1: [B, S, I]
     let h0 = seq(b * 2 * h, 0.13); // [B, D, H]
     let c0 = seq(b * 2 * h, 0.07);
-    let m = one_node(
+    let m = rnn_model(
         "LSTM",
         &[
             ("x", vec![b, s, i]),
@@ -180,7 +147,7 @@ fn gru_reverse_linear_before_reset_matches_naive() {
     let r = seq(3 * h * h, 0.47);
     let bias = seq(6 * h, 0.61);
     let x = seq(s * b * i, 0.37);
-    let m = one_node(
+    let m = rnn_model(
         "GRU",
         &[
             ("x", vec![s, b, i]),
@@ -238,7 +205,7 @@ fn rnn_relu_activation_matches_naive() {
     let w = seq(h * i, 0.71);
     let r = seq(h * h, 0.33);
     let x = seq(s * b * i, 0.91);
-    let m = one_node(
+    let m = rnn_model(
         "RNN",
         &[
             ("x", vec![s, b, i]),
@@ -247,7 +214,7 @@ fn rnn_relu_activation_matches_naive() {
         ],
         vec![
             attr_int("hidden_size", h as i64),
-            strings_attr("activations", &["Relu"]),
+            attr_strings("activations", &["Relu"]),
         ],
         &["y"],
         7,
@@ -282,7 +249,7 @@ fn refuses_uneven_sequence_lens_and_activation_parameters() {
         ("", vec![]),
         ("lens", vec![b]),
     ];
-    let m = one_node("RNN", &ins, vec![attr_int("hidden_size", 1)], &["y"], 22);
+    let m = rnn_model("RNN", &ins, vec![attr_int("hidden_size", 1)], &["y"], 22);
     let map: HashMap<String, HostTensor> = [
         ("x", t(&[0.0; 4], &[s, b, i])),
         ("w", t(&[1.0], &[1, h, i])),
@@ -296,7 +263,7 @@ fn refuses_uneven_sequence_lens_and_activation_parameters() {
         .expect_err("uneven lengths")
         .to_string();
     assert!(err.contains("sequence_lens"), "{err}");
-    let m = one_node(
+    let m = rnn_model(
         "RNN",
         &ins[..3],
         vec![

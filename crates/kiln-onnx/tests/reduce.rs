@@ -4,78 +4,19 @@
 //! attribute `k`, out-of-range ignore_index, refused attributes. Each result is checked against a
 //! naive f64 loop.
 
-use kiln_ir::{DType, HostTensor};
-use kiln_onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+mod support;
+
+use kiln_ir::{DType, Dim, HostTensor};
+use kiln_onnx::builder::{
+    self, attr_float, attr_int, attr_ints, attr_string, graph, node, tensor_info,
+    tensor_info_fixed, untyped_info,
 };
-use kiln_onnx::tensor::{dtype_to_onnx, tensor_to_proto};
-use kiln_onnx::{ImportOptions, OnnxModel, import, import_for_inputs};
-use std::collections::HashMap;
+use kiln_onnx::proto::{AttributeProto, ValueInfoProto};
+use kiln_onnx::{ImportOptions, OnnxModel, import};
+use support::{assert_tensor_close as assert_close, data, run};
 
-fn attr_i(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(2),
-        ..Default::default()
-    }
-}
-
-fn attr_f(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        f: Some(v),
-        r#type: Some(1),
-        ..Default::default()
-    }
-}
-
-fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        ints: v.to_vec(),
-        r#type: Some(7),
-        ..Default::default()
-    }
-}
-
-fn attr_s(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        s: Some(v.as_bytes().to_vec()),
-        r#type: Some(3),
-        ..Default::default()
-    }
-}
-
-/// A value info; a dim of -1 is the symbolic dim "N".
-fn info(name: &str, dtype: DType, dims: &[i64]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|&d| tensor_shape_proto::Dimension {
-            value: Some(if d < 0 {
-                tensor_shape_proto::dimension::Value::DimParam("N".into())
-            } else {
-                tensor_shape_proto::dimension::Value::DimValue(d)
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: Some(dtype_to_onnx(dtype)),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// A one-node model: `inputs` are graph inputs, `consts` initializers, `outputs` output names.
+/// A one-node model: `inputs` are graph inputs, `consts` initializers, `outputs` output names
+/// ("" skips an optional output).
 fn model(
     op: &str,
     opset: i64,
@@ -85,67 +26,13 @@ fn model(
     node_inputs: &[&str],
     outputs: &[&str],
 ) -> OnnxModel {
-    let node = NodeProto {
-        op_type: Some(op.into()),
-        input: node_inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        attribute: attrs,
-        ..Default::default()
-    };
-    let graph = GraphProto {
-        node: vec![node],
-        input: inputs.to_vec(),
-        initializer: consts.iter().map(|(n, t)| tensor_to_proto(t, n)).collect(),
-        output: outputs
-            .iter()
-            .filter(|o| !o.is_empty())
-            .map(|o| ValueInfoProto {
-                name: Some(o.to_string()),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    };
-    let proto = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(opset),
-        }],
-        graph: Some(graph),
-        ..Default::default()
-    };
-    OnnxModel { proto, dir: None }
-}
-
-fn run(m: &OnnxModel, inputs: &[(&str, HostTensor)]) -> Vec<HostTensor> {
-    let map: HashMap<String, HostTensor> = inputs
+    let n = node(op, node_inputs, outputs, attrs);
+    let declared = outputs
         .iter()
-        .map(|(n, t)| (n.to_string(), t.clone()))
+        .filter(|o| !o.is_empty())
+        .map(|o| untyped_info(o))
         .collect();
-    let (imp, bound) = import_for_inputs(m, &map).expect("import");
-    kiln_cpu::run(&imp.graph, &bound).expect("run")
-}
-
-/// Deterministic values in about [-2, 2].
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 4001) as f32 / 1000.0
-                - 2.0
-        })
-        .collect()
-}
-
-fn assert_close(got: &HostTensor, want: &[f64], tol: f64) {
-    let g = got.to_f64_vec();
-    assert_eq!(g.len(), want.len(), "element count");
-    for (i, (a, b)) in g.iter().zip(want).enumerate() {
-        assert!(
-            (a - b).abs() <= tol * (1.0 + b.abs()) || (a.is_nan() && b.is_nan()),
-            "element {i}: got {a}, want {b}"
-        );
-    }
+    builder::model(graph(vec![n], inputs.to_vec(), declared, consts), opset)
 }
 
 #[test]
@@ -156,8 +43,8 @@ fn softmax_family_before_opset_13_coerce_to_2d() {
         let m = model(
             op,
             11,
-            vec![attr_i("axis", 1)],
-            &[info("x", DType::F32, &[2, 3, 4])],
+            vec![attr_int("axis", 1)],
+            &[tensor_info_fixed("x", DType::F32, &[2, 3, 4])],
             &[],
             &["x"],
             &["y"],
@@ -193,12 +80,12 @@ fn reductions_with_axes_attribute_negative_and_duplicate_axes() {
         ("ReduceL2", &x),
         ("ReduceLogSumExp", &lse_x),
     ] {
-        let attrs = vec![attr_ints("axes", &[-1, 2]), attr_i("keepdims", 0)];
+        let attrs = vec![attr_ints("axes", &[-1, 2]), attr_int("keepdims", 0)];
         let m = model(
             op,
             11,
             attrs,
-            &[info("x", DType::F32, &[2, 3, 4])],
+            &[tensor_info_fixed("x", DType::F32, &[2, 3, 4])],
             &[],
             &["x"],
             &["y"],
@@ -235,8 +122,8 @@ fn bool_reduce_min_max_are_all_and_any() {
         let m = model(
             op,
             20,
-            vec![attr_i("keepdims", 0)],
-            &[info("x", DType::Bool, &[3, 2])],
+            vec![attr_int("keepdims", 0)],
+            &[tensor_info_fixed("x", DType::Bool, &[3, 2])],
             &[("axes", axes.clone())],
             &["x", "axes"],
             &["y"],
@@ -254,8 +141,12 @@ fn layer_norm_with_symbolic_batch_and_statistics_outputs() {
     let m = model(
         "LayerNormalization",
         17,
-        vec![attr_f("epsilon", 1e-3)],
-        &[info("x", DType::F32, &[-1, 4])],
+        vec![attr_float("epsilon", 1e-3)],
+        &[tensor_info(
+            "x",
+            DType::F32,
+            &[Dim::sym("N"), Dim::Fixed(4)],
+        )],
         &[("w", w.clone()), ("b", b.clone())],
         &["x", "w", "b"],
         &["y", "mean", "inv"],
@@ -296,8 +187,8 @@ fn group_norm_opset_18_scales_per_group() {
     let m = model(
         "GroupNormalization",
         18,
-        vec![attr_i("num_groups", 2), attr_f("epsilon", 1e-5)],
-        &[info("x", DType::F32, &[1, 4, 3])],
+        vec![attr_int("num_groups", 2), attr_float("epsilon", 1e-5)],
+        &[tensor_info_fixed("x", DType::F32, &[1, 4, 3])],
         &[("s", scale), ("b", bias)],
         &["x", "s", "b"],
         &["y"],
@@ -326,8 +217,8 @@ fn topk_opset_1_takes_k_as_attribute() {
     let m = model(
         "TopK",
         1,
-        vec![attr_i("k", 2)],
-        &[info("x", DType::F32, &[2, 4])],
+        vec![attr_int("k", 2)],
+        &[tensor_info_fixed("x", DType::F32, &[2, 4])],
         &[],
         &["x"],
         &["v", "i"],
@@ -347,10 +238,10 @@ fn nll_loss_i32_target_out_of_range_ignore_index_and_weights() {
         let m = model(
             "NegativeLogLikelihoodLoss",
             13,
-            vec![attr_s("reduction", red), attr_i("ignore_index", 7)],
+            vec![attr_string("reduction", red), attr_int("ignore_index", 7)],
             &[
-                info("x", DType::F32, &[2, 3, 2]),
-                info("t", DType::I32, &[2, 2]),
+                tensor_info_fixed("x", DType::F32, &[2, 3, 2]),
+                tensor_info_fixed("t", DType::I32, &[2, 2]),
             ],
             &[("w", HostTensor::from_vec(weight.clone(), &[3]).unwrap())],
             &["x", "t", "w"],
@@ -397,12 +288,12 @@ fn lrn_even_size_pads_more_after() {
         "LRN",
         13,
         vec![
-            attr_i("size", 2),
-            attr_f("alpha", 0.5),
-            attr_f("beta", 0.75),
-            attr_f("bias", 1.0),
+            attr_int("size", 2),
+            attr_float("alpha", 0.5),
+            attr_float("beta", 0.75),
+            attr_float("bias", 1.0),
         ],
-        &[info("x", DType::F32, &[1, 4, 2])],
+        &[tensor_info_fixed("x", DType::F32, &[1, 4, 2])],
         &[],
         &["x"],
         &["y"],
@@ -425,11 +316,11 @@ fn lrn_even_size_pads_more_after() {
 
 #[test]
 fn unsupported_attributes_and_modes_are_errors() {
-    let x = [info("x", DType::F32, &[2, 3])];
+    let x = [tensor_info_fixed("x", DType::F32, &[2, 3])];
     let m = model(
         "ReduceMean",
         13,
-        vec![attr_i("frobnicate", 1)],
+        vec![attr_int("frobnicate", 1)],
         &x,
         &[],
         &["x"],
@@ -446,10 +337,11 @@ fn unsupported_attributes_and_modes_are_errors() {
         ("m", p.clone()),
         ("v", p),
     ];
+    // Training mode is converted now (see misc.rs); per-activation statistics are not.
     let m = model(
         "BatchNormalization",
-        15,
-        vec![attr_i("training_mode", 1)],
+        7,
+        vec![attr_int("spatial", 0)],
         &x,
         &consts,
         &["x", "s", "b", "m", "v"],
@@ -458,11 +350,11 @@ fn unsupported_attributes_and_modes_are_errors() {
     let e = import(&m, &ImportOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("training_mode"), "{e}");
+    assert!(e.contains("spatial=0"), "{e}");
     let m = model(
         "LpNormalization",
         22,
-        vec![attr_i("p", 3)],
+        vec![attr_int("p", 3)],
         &x,
         &[],
         &["x"],

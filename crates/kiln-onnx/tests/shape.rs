@@ -2,78 +2,16 @@
 //! Shape → Gather → Unsqueeze → Concat → Reshape chain PyTorch exports, run-time shape targets,
 //! ONNX's two-way Expand, wrap and cropping Pad, and refused attributes.
 
-use kiln_ir::{Dim, HostTensor, Shape};
-use kiln_onnx::proto::tensor_shape_proto::{Dimension, dimension};
-use kiln_onnx::proto::type_proto::{self, Tensor};
-use kiln_onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, attribute_proto::AttributeType,
+use kiln_ir::{DType, Dim, HostTensor, Shape};
+use kiln_onnx::builder::{
+    self, attr_int, attr_ints, attr_string, attr_tensor, graph, node, tensor_info,
+    tensor_info_fixed, untyped_info,
 };
-use kiln_onnx::tensor::tensor_to_proto;
+use kiln_onnx::proto::{NodeProto, ValueInfoProto};
 use kiln_onnx::{ImportError, ImportOptions, OnnxModel, import, import_for_inputs};
 use std::collections::HashMap;
 
-const F32: i32 = 1;
-const I64: i32 = 7;
-
-/// A declared dim: a size, or a symbol name.
-enum D {
-    N(i64),
-    S(&'static str),
-}
-
-fn info(name: &str, elem: i32, dims: &[D]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|d| Dimension {
-            value: Some(match d {
-                D::N(n) => dimension::Value::DimValue(*n),
-                D::S(s) => dimension::Value::DimParam(s.to_string()),
-            }),
-            ..Default::default()
-        })
-        .collect();
-    ValueInfoProto {
-        name: Some(name.into()),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(Tensor {
-                elem_type: Some(elem),
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn node(op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<AttributeProto>) -> NodeProto {
-    NodeProto {
-        op_type: Some(op.into()),
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: outputs.iter().map(|s| s.to_string()).collect(),
-        attribute,
-        ..Default::default()
-    }
-}
-
-fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn str_attr(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::String as i32),
-        s: Some(v.as_bytes().to_vec()),
-        ..Default::default()
-    }
-}
-
+/// A model of `nodes` whose `outputs` are declared by name alone.
 fn model(
     nodes: Vec<NodeProto>,
     inits: Vec<(&str, HostTensor)>,
@@ -81,29 +19,8 @@ fn model(
     outputs: &[&str],
     opset: i64,
 ) -> OnnxModel {
-    let graph = GraphProto {
-        node: nodes,
-        initializer: inits.iter().map(|(n, t)| tensor_to_proto(t, n)).collect(),
-        input: inputs,
-        output: outputs
-            .iter()
-            .map(|o| ValueInfoProto {
-                name: Some(o.to_string()),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    };
-    let proto = ModelProto {
-        ir_version: Some(8),
-        opset_import: vec![OperatorSetIdProto {
-            domain: Some(String::new()),
-            version: Some(opset),
-        }],
-        graph: Some(graph),
-        ..Default::default()
-    };
-    OnnxModel { proto, dir: None }
+    let outputs = outputs.iter().map(|o| untyped_info(o)).collect();
+    builder::model(graph(nodes, inputs, outputs, &inits), opset)
 }
 
 fn i64s(v: &[i64]) -> HostTensor {
@@ -124,14 +41,7 @@ fn iota(shape: &[usize]) -> HostTensor {
 /// symbolic and runs for any batch size.
 #[test]
 fn symbolic_batch_reshape_chain() {
-    let axis0 = || {
-        vec![AttributeProto {
-            name: Some("axis".into()),
-            r#type: Some(AttributeType::Int as i32),
-            i: Some(0),
-            ..Default::default()
-        }]
-    };
+    let axis0 = || vec![attr_int("axis", 0)];
     let chains = [
         vec![
             node("Shape", &["x"], &["s"], vec![]),
@@ -156,7 +66,11 @@ fn symbolic_batch_reshape_chain() {
                 ("axes0", i64s(&[0])),
                 ("minus1", i64s(&[-1])),
             ],
-            vec![info("x", F32, &[D::S("batch"), D::N(4), D::N(6)])],
+            vec![tensor_info(
+                "x",
+                DType::F32,
+                &[Dim::sym("batch"), Dim::Fixed(4), Dim::Fixed(6)],
+            )],
             &["y"],
             13,
         );
@@ -181,7 +95,11 @@ fn symbolic_reshape_that_cannot_be_inferred_is_refused() {
     let m = model(
         vec![node("Reshape", &["x", "target"], &["y"], vec![])],
         vec![("target", i64s(&[-1, 5]))],
-        vec![info("x", F32, &[D::S("batch"), D::N(4), D::N(6)])],
+        vec![tensor_info(
+            "x",
+            DType::F32,
+            &[Dim::sym("batch"), Dim::Fixed(4), Dim::Fixed(6)],
+        )],
         &["y"],
         13,
     );
@@ -202,17 +120,16 @@ fn symbolic_shape_feeds_constant_of_shape() {
                 "ConstantOfShape",
                 &["s"],
                 &["ones"],
-                vec![AttributeProto {
-                    name: Some("value".into()),
-                    r#type: Some(AttributeType::Tensor as i32),
-                    t: Some(tensor_to_proto(&one, "v")),
-                    ..Default::default()
-                }],
+                vec![attr_tensor("value", &one)],
             ),
             node("Add", &["x", "ones"], &["y"], vec![]),
         ],
         vec![],
-        vec![info("x", F32, &[D::S("batch"), D::N(3)])],
+        vec![tensor_info(
+            "x",
+            DType::F32,
+            &[Dim::sym("batch"), Dim::Fixed(3)],
+        )],
         &["y"],
         13,
     );
@@ -238,8 +155,8 @@ fn runtime_reshape_target_needs_value() {
         vec![node("Reshape", &["x", "shape"], &["y"], vec![])],
         vec![],
         vec![
-            info("x", F32, &[D::N(2), D::N(6)]),
-            info("shape", I64, &[D::N(3)]),
+            tensor_info_fixed("x", DType::F32, &[2, 6]),
+            tensor_info_fixed("shape", DType::I64, &[3]),
         ],
         &["y"],
         14,
@@ -267,7 +184,7 @@ fn expand_broadcasts_both_ways() {
     let m = model(
         vec![node("Expand", &["x", "shape"], &["y"], vec![])],
         vec![("shape", i64s(&[2, 1, 4]))],
-        vec![info("x", F32, &[D::N(3), D::N(1)])],
+        vec![tensor_info_fixed("x", DType::F32, &[3, 1])],
         &["y"],
         13,
     );
@@ -297,10 +214,10 @@ fn pad_wrap_and_crop() {
             "Pad",
             &["x", "pads"],
             &["y"],
-            vec![str_attr("mode", "wrap")],
+            vec![attr_string("mode", "wrap")],
         )],
         vec![("pads", i64s(&pads))],
-        vec![info("x", F32, &[D::N(2), D::N(3)])],
+        vec![tensor_info_fixed("x", DType::F32, &[2, 3])],
         &["y"],
         19,
     );
@@ -329,10 +246,10 @@ fn unknown_attribute_is_refused() {
             "Transpose",
             &["x"],
             &["y"],
-            vec![ints_attr("perm", &[1, 0]), str_attr("layout", "nhwc")],
+            vec![attr_ints("perm", &[1, 0]), attr_string("layout", "nhwc")],
         )],
         vec![],
-        vec![info("x", F32, &[D::N(2), D::N(3)])],
+        vec![tensor_info_fixed("x", DType::F32, &[2, 3])],
         &["y"],
         13,
     );
@@ -346,12 +263,7 @@ fn unknown_attribute_is_refused() {
 /// turns `[batch, 4, 6]` into `[batch, 6, 4]`; Flatten at axis 1 gives `[batch, 24]`.
 #[test]
 fn symbolic_slice_and_flatten() {
-    let axis0 = AttributeProto {
-        name: Some("axis".into()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(0),
-        ..Default::default()
-    };
+    let axis0 = attr_int("axis", 0);
     let m = model(
         vec![
             node("Shape", &["x"], &["s"], vec![]),
@@ -372,7 +284,11 @@ fn symbolic_slice_and_flatten() {
             ("minus1", i64s(&[-1])),
             ("max", i64s(&[i64::MAX])),
         ],
-        vec![info("x", F32, &[D::S("batch"), D::N(4), D::N(6)])],
+        vec![tensor_info(
+            "x",
+            DType::F32,
+            &[Dim::sym("batch"), Dim::Fixed(4), Dim::Fixed(6)],
+        )],
         &["y", "f"],
         13,
     );

@@ -3,63 +3,15 @@
 //! (offset causal mask), softcap and a bool mask, a symbolic batch dim, fully masked rows,
 //! partial interleaved rotation, and refused attributes.
 
+mod support;
+
 use kiln_ir::{DType, Dim, HostTensor};
-use kiln_onnx::builder::{attr_float, attr_int, graph, model, node, tensor_info};
-use kiln_onnx::{ImportOptions, OnnxModel, import, import_for_inputs};
-use std::collections::HashMap;
+use kiln_onnx::builder::{attr_float, attr_int, fixed};
+use kiln_onnx::{ImportOptions, import};
+use support::{assert_shaped_close as assert_close, one_node, run, sine, t};
 
 fn seq(n: usize, k: f64) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i as f64 * k).sin() * 1.5) as f32)
-        .collect()
-}
-
-fn t(v: Vec<f32>, s: &[usize]) -> HostTensor {
-    HostTensor::from_vec(v, s).unwrap()
-}
-
-/// One node over graph inputs `ins` (name, dtype, dims), outputs `outs` ("" skips one).
-fn one_node(
-    op: &str,
-    ins: &[(&str, DType, Vec<Dim>)],
-    attrs: Vec<kiln_onnx::proto::AttributeProto>,
-    outs: &[&str],
-    opset: i64,
-) -> OnnxModel {
-    let names: Vec<&str> = ins.iter().map(|i| i.0).collect();
-    let n = node(op, &names, outs, attrs);
-    let inputs = ins.iter().map(|(n, d, s)| tensor_info(n, *d, s)).collect();
-    let outputs = outs
-        .iter()
-        .filter(|o| !o.is_empty())
-        .map(|o| tensor_info(o, DType::F32, &[]))
-        .collect();
-    model(graph(vec![n], inputs, outputs, &[]), opset)
-}
-
-fn fixed(s: &[usize]) -> Vec<Dim> {
-    s.iter().map(|&d| Dim::Fixed(d)).collect()
-}
-
-fn run(m: &OnnxModel, vals: &[(&str, HostTensor)]) -> Vec<HostTensor> {
-    let map: HashMap<String, HostTensor> = vals
-        .iter()
-        .map(|(n, t)| (n.to_string(), t.clone()))
-        .collect();
-    let (imp, bound) = import_for_inputs(m, &map).expect("import");
-    kiln_cpu::run(&imp.graph, &bound).expect("run")
-}
-
-fn assert_close(got: &HostTensor, want: &[f64], shape: &[usize]) {
-    assert_eq!(got.shape(), shape);
-    let g = got.to_f64_vec();
-    assert_eq!(g.len(), want.len());
-    for (i, (a, b)) in g.iter().zip(want).enumerate() {
-        assert!(
-            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-            "element {i}: got {a}, want {b}"
-        );
-    }
+    sine(n, k, 1.5)
 }
 
 /// Naive attention on [B, H, L, D] arrays with GQA, additive bias `bias(b, h, i, j)` and softcap.
@@ -283,12 +235,12 @@ fn attention_fully_masked_row_is_zero_not_nan() {
         &["y"],
         23,
     );
-    let v = vec![1.0, 2.0, 3.0, 4.0];
+    let v = vec![1.0f32, 2.0, 3.0, 4.0];
     let out = run(
         &m,
         &[
-            ("q", t(vec![0.5; 4], &[1, 1, l, d])),
-            ("k", t(vec![0.25; 4], &[1, 1, l, d])),
+            ("q", t(vec![0.5f32; 4], &[1, 1, l, d])),
+            ("k", t(vec![0.25f32; 4], &[1, 1, l, d])),
             ("v", t(v, &[1, 1, l, d])),
             (
                 "mask",

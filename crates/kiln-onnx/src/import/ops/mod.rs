@@ -26,6 +26,9 @@ pub fn lookup(domain: &str, op_type: &str) -> Option<Convert> {
     if domain == "ai.onnx.ml" {
         return misc::lookup_ml(op_type);
     }
+    if domain == "ai.onnx.preview" {
+        return transformer::lookup_preview(op_type);
+    }
     if !domain.is_empty() && domain != "ai.onnx" {
         return None;
     }

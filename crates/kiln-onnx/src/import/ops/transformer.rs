@@ -7,6 +7,9 @@ use kiln_ir::{BinaryOp, Error, Result, UnaryOp};
 
 mod attention;
 pub(super) mod build;
+mod causal_conv;
+mod flex;
+mod linear;
 mod rotary;
 
 pub(super) fn lookup(op: &str) -> Option<Convert> {
@@ -14,6 +17,16 @@ pub(super) fn lookup(op: &str) -> Option<Convert> {
         "Attention" => attention::attention,
         "RotaryEmbedding" => rotary::rotary_embedding,
         "SwiGLU" => swiglu,
+        "LinearAttention" => linear::linear_attention,
+        "CausalConvWithState" => causal_conv::causal_conv_with_state,
+        _ => return None,
+    })
+}
+
+/// The converter for an ai.onnx.preview op, if kiln has one.
+pub(super) fn lookup_preview(op: &str) -> Option<Convert> {
+    Some(match op {
+        "FlexAttention" => flex::flex_attention,
         _ => return None,
     })
 }
