@@ -53,34 +53,6 @@ fn to_st_dtype(d: DType) -> Dtype {
     }
 }
 
-/// Copies little-endian bytes into a typed vector; copying (not casting in place) means the
-/// bytes need no alignment. The caller checked that the length is a multiple of the size.
-fn collect<T: bytemuck::Pod>(b: &[u8]) -> Vec<T> {
-    let n = b.len() / std::mem::size_of::<T>();
-    let mut v = vec![T::zeroed(); n];
-    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&b[..n * std::mem::size_of::<T>()]);
-    v
-}
-
-/// Decodes little-endian bytes into typed storage.
-fn storage_from_bytes(dtype: DType, b: &[u8]) -> Storage {
-    match dtype {
-        DType::F32 => Storage::F32(collect(b)),
-        DType::F16 => Storage::F16(collect(b)),
-        DType::BF16 => Storage::BF16(collect(b)),
-        DType::F64 => Storage::F64(collect(b)),
-        DType::I64 => Storage::I64(collect(b)),
-        DType::I32 => Storage::I32(collect(b)),
-        DType::I8 => Storage::I8(collect(b)),
-        DType::U8 => Storage::U8(b.to_vec()),
-        DType::I16 => Storage::I16(collect(b)),
-        DType::U16 => Storage::U16(collect(b)),
-        DType::U32 => Storage::U32(collect(b)),
-        DType::U64 => Storage::U64(collect(b)),
-        DType::Bool => Storage::Bool(b.iter().map(|&x| x != 0).collect()),
-    }
-}
-
 impl std::fmt::Debug for SafetensorsFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SafetensorsFile({}, {} tensors)", self.path.display(), self.metadata.tensors().len())
@@ -144,7 +116,8 @@ impl SafetensorsFile {
             .bytes
             .get(self.data_start + start..self.data_start + end)
             .ok_or_else(|| Error::Io(format!("tensor '{name}' lies outside the data of {file}")))?;
-        HostTensor::new(storage_from_bytes(dtype, bytes), &info.shape)
+        Storage::from_le_bytes(dtype, bytes)
+            .and_then(|storage| HostTensor::new(storage, &info.shape))
             .map_err(|e| Error::Io(format!("tensor '{name}' in {file}: {e}")))
     }
 }
