@@ -30,8 +30,9 @@ REL_TOL = 1e-4
 OPSET = 17
 SEQ_LEN = 128
 IMAGE_MODELS = ("resnet18", "resnet50", "mobilenet_v3_small", "efficientnet_b0")
-TEXT_MODELS = ("bert", "bert-mlm", "gpt2")
-ALL_MODELS = IMAGE_MODELS + TEXT_MODELS
+TEXT_MODELS = ("bert", "bert-mlm", "gpt2", "t5-encoder")
+VISION_TRANSFORMERS = ("vit",)
+ALL_MODELS = IMAGE_MODELS + VISION_TRANSFORMERS + TEXT_MODELS
 
 
 def build(name: str):
@@ -49,7 +50,17 @@ def build(name: str):
 
     import transformers  # noqa: PLC0415
 
-    if name == "gpt2":
+    if name == "vit":
+        model = transformers.ViTModel(transformers.ViTConfig())
+        x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+        axes = {"pixel_values": {0: "batch"}}
+        return _ImageModel(model.eval()), {"pixel_values": x}, ["last_hidden_state", "pooler_output"], axes
+
+    if name == "t5-encoder":
+        config = transformers.T5Config()
+        model = transformers.T5EncoderModel(config)
+        outputs = ["last_hidden_state"]
+    elif name == "gpt2":
         config = transformers.GPT2Config(use_cache=False)
         model = transformers.GPT2LMHeadModel(config)
         outputs = ["logits"]
@@ -84,6 +95,23 @@ def _text_model_class():
             return tuple(v for v in out.to_tuple() if isinstance(v, torch.Tensor))
 
     return TextModel
+
+
+def _ImageModel(inner):  # noqa: N802
+    import torch  # noqa: PLC0415
+
+    class ImageModel(torch.nn.Module):
+        """Positional pixel_values in, tuple of tensors out (see TextModel)."""
+
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, pixel_values):
+            out = self.inner(pixel_values=pixel_values)
+            return tuple(v for v in out.to_tuple() if isinstance(v, torch.Tensor))
+
+    return ImageModel(inner).eval()
 
 
 def _TextModel(inner):  # noqa: N802 - builds the wrapper without importing torch at load time
