@@ -1,36 +1,14 @@
 //! End-to-end tests of the built `kiln` binary: output, exit codes and error messages.
 
+mod common;
+
+use common::{assert_clean_failure, kiln, stderr, stdout};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .env_remove("KILN_LOG")
-        .output()
-        .expect("the kiln binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use std::process::Command;
 
 /// A scratch path unique to this test process.
 fn scratch(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("kiln-cli-test-{}-{name}", std::process::id()))
-}
-
-/// Bad input must end in one `error:` line and exit 1, never a panic.
-fn assert_clean_failure(o: &Output, code: i32) -> String {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
-    assert!(err.starts_with("error:"), "stderr: {err}");
-    assert!(!err.contains("panicked"), "stderr: {err}");
-    err
 }
 
 #[test]

@@ -2,29 +2,16 @@
 //! outputs checked against plain f64 loops, `.npy` inputs written byte by byte (independent of
 //! kiln's writer) and outputs read back with `npyz` (independent of kiln's reader).
 
+mod common;
+
+use common::{kiln, stderr, stdout};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use kiln_ir::{DType, Dim};
 use kiln_onnx::builder::{self, tensor_info};
 use kiln_onnx::proto::{GraphProto, NodeProto, TensorProto};
 use prost::Message;
-
-fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .env_remove("KILN_LOG")
-        .output()
-        .expect("the kiln binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// A fresh scratch folder unique to this test process and test.
 fn scratch(name: &str) -> PathBuf {
@@ -46,16 +33,7 @@ fn assert_ok(o: &Output) -> String {
 
 /// Bad input must end in one `error:` line and exit 1, never a panic.
 fn assert_clean_failure(o: &Output) -> String {
-    let err = stderr(o);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "stdout: {}\nstderr: {err}",
-        stdout(o)
-    );
-    assert!(err.starts_with("error:"), "stderr: {err}");
-    assert!(!err.contains("panicked"), "stderr: {err}");
-    err
+    common::assert_clean_failure(o, 1)
 }
 
 // ---- building ONNX models ----

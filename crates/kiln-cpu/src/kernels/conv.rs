@@ -110,6 +110,20 @@ pub(crate) fn valid_range(count: usize, len: usize, step: usize, off: isize) -> 
     (lo.min(hi), hi)
 }
 
+/// The starting value of a conv output that kernels accumulate into: `n` images of `o`
+/// channels of `plane` elements, each channel holding its bias (zeros without a bias).
+pub(crate) fn bias_filled<T: Real>(bias: Option<&HostTensor>, n: usize, o: usize, plane: usize) -> Result<Vec<T>> {
+    let Some(b) = bias else { return Ok(vec![T::zero(); n * o * plane]) };
+    let b = b.to_vec::<T>()?;
+    let mut v = Vec::with_capacity(n * o * plane);
+    for _ in 0..n {
+        for &bo in &b {
+            v.extend(std::iter::repeat_n(bo, plane));
+        }
+    }
+    Ok(v)
+}
+
 /// The elements of a tensor made by [`HostTensor::contiguous`], as a slice of `T`.
 pub(crate) fn dense_data<'a, T: Element>(t: &'a HostTensor, op: &str) -> Result<&'a [T]> {
     let err = || Error::DType(format!("{op}: expected {} data, got {}", T::DTYPE, t.dtype()));
@@ -125,19 +139,7 @@ fn conv_typed<T: Real>(a: &Conv2dAttrs, x: &HostTensor, w: &HostTensor, bias: Op
     let (x, w) = (x.contiguous(), w.contiguous());
     let (xd, wd) = (dense_data::<T>(&x, "conv2d")?, dense_data::<T>(&w, "conv2d")?);
     let p = g.p();
-    let mut out = match bias {
-        Some(b) => {
-            let b = b.to_vec::<T>()?;
-            let mut v = Vec::with_capacity(g.n * g.o * p);
-            for _ in 0..g.n {
-                for &bo in &b {
-                    v.extend(std::iter::repeat_n(bo, p));
-                }
-            }
-            v
-        }
-        None => vec![T::zero(); g.n * g.o * p],
-    };
+    let mut out = bias_filled::<T>(bias, g.n, g.o, p)?;
     if out.is_empty() {
         return HostTensor::from_vec(out, shape);
     }

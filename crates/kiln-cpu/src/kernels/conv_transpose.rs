@@ -6,7 +6,7 @@
 //! tap and spread by the stride; planes are independent, so that runs in parallel. The output
 //! starts as the broadcast bias.
 
-use super::conv::{Real, dense_data, valid_range};
+use super::conv::{Real, bias_filled, dense_data, valid_range};
 use super::matmul::{from_f32, gemm_dense, to_f32};
 use super::norm::real::{for_each_row, worth_parallel};
 use kiln_ir::{ConvTranspose2dAttrs, DType, Error, HostTensor, Result, infer::conv_transpose_out};
@@ -125,19 +125,7 @@ fn typed<T: Real>(
         dense_data::<T>(&w, "conv_transpose2d")?,
     );
     let plane = g.oh * g.ow;
-    let mut out = match bias {
-        Some(b) => {
-            let b = b.to_vec::<T>()?;
-            let mut v = Vec::with_capacity(g.n * g.o * plane);
-            for _ in 0..g.n {
-                for &bo in &b {
-                    v.extend(std::iter::repeat_n(bo, plane));
-                }
-            }
-            v
-        }
-        None => vec![T::zero(); g.n * g.o * plane],
-    };
+    let mut out = bias_filled::<T>(bias, g.n, g.o, plane)?;
     if out.is_empty() {
         return HostTensor::from_vec(out, shape);
     }

@@ -1,7 +1,7 @@
 //! Drops what the outputs do not need: nodes left behind by constant folding, unused
 //! initializers and dead branches. Graph inputs are all kept (callers bind them by position).
 
-use kiln_ir::{Graph, NodeId, Op, Result};
+use kiln_ir::{Error, Graph, NodeId, Op, Result};
 
 /// A copy of `g` with only the nodes that graph outputs depend on (and every input).
 pub fn prune(g: &Graph) -> Result<Graph> {
@@ -30,14 +30,23 @@ pub fn prune(g: &Graph) -> Result<Graph> {
             Op::Input { name } => out.input(name, n.ty.clone()),
             Op::Constant(c) => out.constant_shared(g.consts[c.0 as usize].clone()),
             op => {
-                let inputs: Vec<NodeId> = n.inputs.iter().map(|i| map[i.index()].expect("topological order")).collect();
+                let inputs = n.inputs.iter().map(|i| mapped(&map, *i)).collect::<Result<Vec<NodeId>>>()?;
                 out.add_named(op.clone(), &inputs, n.name.clone())?
             }
         };
         map[idx] = Some(new);
     }
     for o in &g.outputs {
-        out.output(map[o.index()].expect("outputs are live"));
+        out.output(mapped(&map, *o)?);
     }
     Ok(out)
+}
+
+/// Where node `id` went in the pruned graph; an error (not a panic) if the graph broke the
+/// topological order that makes every needed node come first.
+fn mapped(map: &[Option<NodeId>], id: NodeId) -> Result<NodeId> {
+    map.get(id.index())
+        .copied()
+        .flatten()
+        .ok_or_else(|| Error::Graph(format!("node {id} is used before it is defined (not in topological order)")))
 }
