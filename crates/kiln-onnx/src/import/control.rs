@@ -53,7 +53,7 @@ fn convert_if(ctx: &mut Ctx, node: &NodeProto, env: &mut Env) -> Result<Vec<Val>
 
 /// Converts one pass over `g` (renamed under `prefix`) with its formal inputs bound to `args`,
 /// returning its outputs.
-fn run_body(ctx: &mut Ctx, g: &GraphProto, prefix: &str, args: &[Val], env: &mut Env) -> Result<Vec<Val>> {
+pub(crate) fn run_body(ctx: &mut Ctx, g: &GraphProto, prefix: &str, args: &[Val], env: &mut Env) -> Result<Vec<Val>> {
     if args.len() > g.input.len() {
         return Err(Error::Graph(format!("a body with {} inputs was given {} values", g.input.len(), args.len())));
     }

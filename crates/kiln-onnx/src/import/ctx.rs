@@ -52,6 +52,9 @@ pub struct Ctx {
     values: HashMap<String, Val>,
     /// The opset of the domain of the node being converted.
     pub opset: i64,
+    /// The model's opset for each domain (`""` is ai.onnx), for converters that convert
+    /// subgraphs of their own (FlexAttention's modifiers).
+    pub(crate) opsets: HashMap<String, i64>,
     /// ONNX graph input names bound to nodes, for `NeedsValue` reporting.
     input_nodes: HashMap<NodeId, String>,
     /// Set when a converter needed the value of a graph input given only at run time.
@@ -71,6 +74,7 @@ impl Ctx {
             graph: Graph::new(),
             values: HashMap::new(),
             opset: 0,
+            opsets: HashMap::new(),
             input_nodes: HashMap::new(),
             needs_value: None,
             model_dir,

@@ -72,6 +72,7 @@ pub fn import(model: &OnnxModel, opts: &ImportOptions) -> std::result::Result<Im
     let g = model.proto.graph.as_ref().ok_or_else(|| Error::Value("the model has no graph".into()))?;
     let mut ctx = Ctx::new(model.dir.clone());
     let opsets: HashMap<String, i64> = model.opsets().into_iter().collect();
+    ctx.opsets = opsets.clone();
     let functions: HashMap<(String, String), &crate::proto::FunctionProto> = model
         .proto
         .functions

@@ -3,17 +3,11 @@
 //! inlined here once each.
 
 use super::build::{bin, cast, matmul, permute, reshape};
-use crate::import::{Ctx, Env, ImportError, Val, attrs, convert_nodes, one};
+use crate::import::control::run_body;
+use crate::import::{Ctx, Env, Val, attrs, one};
 use crate::proto::{GraphProto, NodeProto};
-use crate::tensor::tensor_from_proto;
 use kiln_ir::{BinaryOp, DType, Dim, Error, NodeId, Op, Result};
-use std::collections::{HashMap, HashSet};
-
-/// The ai.onnx opset the modifier subgraphs are converted at. Converters cannot see the
-/// model's opset imports, so this is the opset FlexAttention was introduced alongside; the
-/// ops modifiers use (elementwise math, Shape/Gather/Range/Reshape, Where, Cast) have had
-/// their current semantics since opset 13.
-const BODY_OPSET: i64 = 26;
+use std::collections::HashMap;
 
 /// The softmax dtype: `softmax_precision` when set, else f32 for 16-bit inputs, else the
 /// input dtype (as the ONNX reference does).
@@ -136,31 +130,16 @@ fn run_modifier(
         "flex#{}#{what}/",
         node.output.first().map(String::as_str).unwrap_or("")
     );
-    let g = renamed(g, &prefix);
-    ctx.bind(g.input[0].name(), Val::Node(x));
-    for t in &g.initializer {
-        let c = tensor_from_proto(t, ctx.model_dir.as_deref())?;
-        let id = ctx.constant(c);
-        ctx.bind(t.name(), Val::Node(id));
-    }
-    let opsets: HashMap<String, i64> = [
-        (String::new(), BODY_OPSET),
-        ("ai.onnx.preview".to_string(), 1),
-    ]
-    .into();
-    let functions = HashMap::new();
-    let sizes = HashMap::new();
+    let opsets = ctx.opsets.clone();
+    let (functions, sizes) = (HashMap::new(), HashMap::new());
     let mut env = Env {
         opsets: &opsets,
         functions: &functions,
         sizes: &sizes,
         depth: 1,
     };
-    convert_nodes(ctx, &g.node, &mut env).map_err(|e| match e {
-        ImportError::Ir(e) => e,
-        ImportError::NeedsValue { message, .. } => Error::Unsupported(message),
-    })?;
-    let out = match ctx.value(g.output[0].name())? {
+    let outs = run_body(ctx, g, &prefix, &[Val::Node(x)], &mut env)?;
+    let out = match &outs[0] {
         Val::Node(id) => *id,
         other => {
             return Err(Error::Unsupported(format!(
@@ -176,53 +155,4 @@ fn run_modifier(
         )));
     }
     cast(ctx, out, ctx.dtype(x))
-}
-
-/// A copy of `g` whose own names (inputs, initializers, node outputs, in nested bodies too)
-/// carry `prefix`, so they cannot clash with the enclosing graph's.
-fn renamed(g: &GraphProto, prefix: &str) -> GraphProto {
-    let mut own = HashSet::new();
-    collect_defs(g, &mut own);
-    let mut g = g.clone();
-    rename_graph(&mut g, &own, prefix);
-    g
-}
-
-fn collect_defs(g: &GraphProto, own: &mut HashSet<String>) {
-    own.extend(g.input.iter().map(|v| v.name().to_string()));
-    own.extend(g.initializer.iter().map(|t| t.name().to_string()));
-    for n in &g.node {
-        own.extend(n.output.iter().filter(|o| !o.is_empty()).cloned());
-        for a in &n.attribute {
-            a.g.iter()
-                .chain(a.graphs.iter())
-                .for_each(|sub| collect_defs(sub, own));
-        }
-    }
-}
-
-fn rename_graph(g: &mut GraphProto, own: &HashSet<String>, prefix: &str) {
-    let r = |s: &mut String| {
-        if own.contains(s.as_str()) {
-            *s = format!("{prefix}{s}");
-        }
-    };
-    g.input
-        .iter_mut()
-        .for_each(|v| v.name.iter_mut().for_each(r));
-    g.output
-        .iter_mut()
-        .for_each(|v| v.name.iter_mut().for_each(r));
-    g.initializer
-        .iter_mut()
-        .for_each(|t| t.name.iter_mut().for_each(r));
-    for n in &mut g.node {
-        n.input.iter_mut().for_each(r);
-        n.output.iter_mut().for_each(r);
-        for a in &mut n.attribute {
-            a.g.iter_mut()
-                .chain(a.graphs.iter_mut())
-                .for_each(|sub| rename_graph(sub, own, prefix));
-        }
-    }
 }
