@@ -15,7 +15,7 @@
 
 use super::build::{
     bin, cast, concat, fixed, grid_bool, grid_i64, lit, matmul, permute, reduce, reshape, select,
-    un,
+    un, unflatten_heads,
 };
 use crate::import::{Ctx, Val, attrs};
 use crate::proto::NodeProto;
@@ -326,24 +326,7 @@ fn softmax_last(ctx: &mut Ctx, x: NodeId) -> Result<NodeId> {
 
 /// `[B, L, H*D]` → `[B, H, L, D]`.
 fn split_heads(ctx: &mut Ctx, x: NodeId, heads: i64, what: &str) -> Result<NodeId> {
-    let d = ctx.dims(x);
-    let hidden = fixed(&d[2], "Attention", "hidden size")?;
-    if heads <= 0 || hidden % heads as usize != 0 {
-        return Err(Error::Shape(format!(
-            "Attention: {what} hidden size {hidden} is not a multiple of its {heads} heads"
-        )));
-    }
-    let h = heads as usize;
-    let x = reshape(
-        ctx,
-        x,
-        vec![
-            d[0].clone(),
-            d[1].clone(),
-            Dim::Fixed(h),
-            Dim::Fixed(hidden / h),
-        ],
-    )?;
+    let x = unflatten_heads(ctx, x, heads, "Attention", what)?;
     permute(ctx, x, &[0, 2, 1, 3])
 }
 

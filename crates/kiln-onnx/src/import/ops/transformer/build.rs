@@ -157,3 +157,15 @@ pub(in crate::import::ops) fn fixed(d: &Dim, op: &str, what: &str) -> Result<usi
         ))
     })
 }
+
+/// `[B, L, H*D]` → `[B, L, H, D]` (the head split of 3-D attention inputs); `heads` must divide
+/// the (static) hidden size.
+pub(in crate::import::ops) fn unflatten_heads(ctx: &mut Ctx, x: NodeId, heads: i64, op: &str, what: &str) -> Result<NodeId> {
+    let d = ctx.dims(x);
+    let hidden = fixed(&d[2], op, "hidden size")?;
+    if heads <= 0 || hidden % heads as usize != 0 {
+        return Err(Error::Shape(format!("{op}: {what} hidden size {hidden} is not a multiple of its {heads} heads")));
+    }
+    let h = heads as usize;
+    reshape(ctx, x, vec![d[0].clone(), d[1].clone(), Dim::Fixed(h), Dim::Fixed(hidden / h)])
+}

@@ -2,7 +2,7 @@
 //! `rotary_embedding_dim` features of each head are rotated pairwise, pairs being the two
 //! halves (default) or even/odd features (`interleaved`); the rest pass through.
 
-use super::build::{bin, concat, fixed, reshape, slice};
+use super::build::{bin, concat, fixed, reshape, slice, unflatten_heads};
 use crate::import::{Ctx, Val, attrs, one};
 use crate::proto::NodeProto;
 use kiln_ir::{BinaryOp, Dim, Error, Op, Result};
@@ -38,26 +38,7 @@ pub(in crate::import::ops) fn rotary_embedding(
     // Work on [B, S, H, D] (3-D input) or [B, H, S, D] (4-D), with the caches broadcast as
     // [B, S, 1, half] or [B, 1, S, half].
     let (x4, seq_axis) = match xd.len() {
-        3 => {
-            let hidden = fixed(&xd[2], "RotaryEmbedding", "hidden size")?;
-            if num_heads <= 0 || hidden % num_heads as usize != 0 {
-                return Err(Error::Shape(format!(
-                    "RotaryEmbedding: 3-D input needs num_heads dividing the hidden size {hidden}, got {num_heads}"
-                )));
-            }
-            let h = num_heads as usize;
-            let x4 = reshape(
-                ctx,
-                x,
-                vec![
-                    xd[0].clone(),
-                    xd[1].clone(),
-                    Dim::Fixed(h),
-                    Dim::Fixed(hidden / h),
-                ],
-            )?;
-            (x4, 1)
-        }
+        3 => (unflatten_heads(ctx, x, num_heads, "RotaryEmbedding", "3-D input")?, 1),
         4 => (x, 2),
         r => {
             return Err(Error::Shape(format!(
