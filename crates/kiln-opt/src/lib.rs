@@ -1,0 +1,1 @@
+//! kiln graph passes (being written).

@@ -1,0 +1,14 @@
+//! kiln's scheduler: turns an optimised graph into a [`Program`] — a list of steps, each a
+//! fused loop-level [`Kernel`], an extern library call (matmul, conv) with a fused pointwise
+//! epilogue, or one op evaluated by the reference kernels — plus the memory plan and the
+//! on-disk cache of compiled work.
+//!
+//! - [`kernel`]: the kernel IR (iteration domain, index expressions, scalar expression DAG
+//!   with loads, stores and reductions). Renderers (C, CUDA C) only ever see this.
+//! - [`program`]: the plan as plain data (buffers, steps), what a runtime executes.
+
+pub mod kernel;
+pub mod program;
+
+pub use kernel::{Arg, Expr, ExprId, ExprNode, Idx, Kernel, Literal, Loop, Stage, VarId};
+pub use program::{BufId, BufKind, BufView, Buffer, Epilogue, ExternOp, MemoryPlan, Program, Step, StepKind};
