@@ -29,6 +29,28 @@ pub enum Command {
     Doctor,
     /// Run ONNX backend test cases (folders with model.onnx and test_data_set_*) and compare outputs.
     OnnxTest(OnnxTestArgs),
+    /// Compile a zoo model or .onnx file and show what the compiler did: optimised graph, passes,
+    /// fusion groups and reasons, kernels per run, planned peak memory, compile time by stage.
+    Explain(ExplainArgs),
+}
+
+/// Arguments of `kiln explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Model name from the zoo (resnet18, resnet50, bert-base, gpt2), or a path ending in .onnx.
+    pub model: String,
+    /// Model options.
+    #[command(flatten)]
+    pub model_args: ModelArgs,
+    /// ONNX dim sizes.
+    #[command(flatten)]
+    pub dim_args: OnnxDimArgs,
+    /// Compile mode.
+    #[arg(long, value_enum, default_value_t = ModeArg::Default)]
+    pub mode: ModeArg,
+    /// Also print the generated C source.
+    #[arg(long)]
+    pub code: bool,
 }
 
 /// Arguments of `kiln onnx-test`.

@@ -77,5 +77,7 @@ pub fn bench_onnx(name: &str, args: &BenchArgs, threads: usize) -> CliResult<Ben
         p90_ms: t.summary.p90,
         kernels: t.first.kernels,
         peak_mb: t.peak_bytes as f64 / 1e6,
+        compile_s: None,
+        cache: None,
     })
 }

@@ -3,9 +3,12 @@
 
 mod alloc_counter;
 mod args;
+mod compile_setup;
 mod cmd_bench;
+mod cmd_bench_compiled;
 mod cmd_bench_onnx;
 mod cmd_doctor;
+mod cmd_explain;
 mod cmd_inspect;
 mod cmd_onnx_test;
 mod cmd_run;
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd_bench::bench(&a),
         Command::Inspect(a) => cmd_inspect::inspect(&a),
         Command::OnnxTest(a) => cmd_onnx_test::onnx_test(&a),
+        Command::Explain(a) => cmd_explain::explain(&a),
         Command::Doctor => {
             cmd_doctor::doctor();
             Ok(())

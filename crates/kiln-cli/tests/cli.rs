@@ -87,16 +87,28 @@ fn unknown_model_exits_1_and_lists_the_zoo() {
 }
 
 #[test]
-fn compiler_modes_and_cuda_exit_2_with_the_message() {
-    let o = kiln(&["bench", "resnet18", "--mode", "default"]);
-    let err = assert_clean_failure(&o, 2);
-    assert!(
-        err.contains("mode 'default' needs the compiler, which is not built yet (tracked in the compiler issue); use --mode eager"),
-        "{err}"
-    );
-    let o = kiln(&["bench", "resnet18", "--mode", "max-autotune", "--json"]);
-    assert!(assert_clean_failure(&o, 2).contains("mode 'max-autotune'"));
-    assert!(o.stdout.is_empty());
+fn compiled_bench_reports_compile_time_and_fewer_kernels_and_cuda_exits_2() {
+    let cache = std::env::temp_dir().join(format!("kiln-cli-cache-{}", std::process::id()));
+    let bench = |mode: &str| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["bench", "resnet18", "--mode", mode, "--iters", "1", "--warmup", "0", "--json"])
+            .env("KILN_CACHE_DIR", &cache)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let eager = bench("eager");
+    let compiled = bench("default");
+    assert_eq!(compiled["mode"], "default");
+    assert!(compiled["compile_s"].as_f64().is_some_and(|s| s > 0.0), "{compiled}");
+    assert!(eager.get("compile_s").is_none());
+    let (k, e) = (compiled["kernels"].as_u64().unwrap(), eager["kernels"].as_u64().unwrap());
+    assert!(k * 2 < e, "{k} compiled launches vs {e} eager");
+    // The second process finds the library in the disk cache.
+    let again = bench("reduce-overhead");
+    assert_eq!(again["cache"], "hit", "{again}");
+    let _ = std::fs::remove_dir_all(&cache);
     let o = kiln(&["bench", "resnet18", "--device", "cuda"]);
     let err = assert_clean_failure(&o, 2);
     assert!(err.contains("the CUDA backend is not built yet; run `kiln doctor`"), "{err}");

@@ -678,16 +678,19 @@ fn bench_json_for_an_onnx_model() {
 }
 
 #[test]
-fn bench_of_an_onnx_model_refuses_unbuilt_modes_with_exit_2() {
+fn bench_and_explain_of_an_onnx_model_compile_it() {
     let dir = scratch("bench-modes");
     let m = mlp_model(&dir);
-    let o = kiln(&["bench", s(&m), "--mode", "default", "--json"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("mode 'default' needs the compiler"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(o.stdout.is_empty());
+    let o = kiln(&["bench", s(&m), "--mode", "default", "--json", "--iters", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mode"], "default");
+    assert!(v["compile_s"].as_f64().is_some(), "{v}");
+    let o = kiln(&["explain", s(&m), "--code"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for want in ["== passes ==", "== fusion groups ==", "kernels per run:", "planned peak memory:", "compile time:", "== generated C ==", "max relative difference"] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -107,11 +107,21 @@ fn case_info(dir: &Path) -> CaseInfo {
     info
 }
 
-/// Runs the case in `dir`. Never panics: a panic inside kiln is caught and reported as a failure.
+/// Runs a graph on its bound inputs: the reference interpreter, or a compiled backend under test.
+pub type GraphRunner<'a> = &'a (dyn Fn(&kiln_ir::Graph, &[HostTensor]) -> Result<Vec<HostTensor>> + Sync);
+
+/// Runs the case in `dir` on the reference interpreter. Never panics: a panic inside kiln is
+/// caught and reported as a failure.
 pub fn run_case(dir: &Path) -> CaseResult {
+    run_case_with(dir, &|g, xs| kiln_cpu::run(g, xs))
+}
+
+/// Runs the case in `dir` with `runner` executing the imported graph (so a compiler is held to
+/// the same expected outputs). Never panics.
+pub fn run_case_with(dir: &Path, runner: GraphRunner) -> CaseResult {
     let info = case_info(dir);
     let case = dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let outcome = std::panic::catch_unwind(|| run_case_inner(dir, &info));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case_inner(dir, &info, runner)));
     let (status, message) = match outcome {
         Ok(Ok(specialised)) if specialised.is_empty() => (Status::Pass, String::new()),
         Ok(Ok(specialised)) => {
@@ -273,7 +283,7 @@ fn data_sets(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Runs every data set of the case; returns the inputs that had to be fixed at import time.
-fn run_case_inner(dir: &Path, info: &CaseInfo) -> std::result::Result<Vec<String>, CaseError> {
+fn run_case_inner(dir: &Path, info: &CaseInfo, runner: GraphRunner) -> std::result::Result<Vec<String>, CaseError> {
     let model = OnnxModel::load(&dir.join("model.onnx"))?;
     let g = model.proto.graph.as_ref().ok_or_else(|| Error::Value("no graph".into()))?;
     let declared_inputs: Vec<String> = g.input.iter().map(|v| v.name().to_string()).collect();
@@ -299,7 +309,7 @@ fn run_case_inner(dir: &Path, info: &CaseInfo) -> std::result::Result<Vec<String
             }
         }
         let (imported, bound) = import_for_values(&model, &inputs).map_err(|e| CaseError::Refused(e.to_string()))?;
-        let got = kiln_cpu::run(&imported.graph, &bound)?;
+        let got = runner(&imported.graph, &bound)?;
         let got = (got.iter().enumerate())
             .map(|(i, t)| decode_lowp(t, imported.output_types.get(i).copied().flatten()))
             .collect::<Result<Vec<_>>>()?;

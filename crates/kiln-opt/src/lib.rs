@@ -1,1 +1,13 @@
-//! kiln graph passes (being written).
+//! kiln's graph passes and their pass manager: the first stage of the compiler, turning a traced
+//! or imported graph into a smaller graph of primitives for the scheduler.
+//!
+//! - [`rewrite`]: the one way passes change a graph (rebuild with an old→new id map);
+//! - [`passes`]: fold, simplify, bn_fold, decompose, cse, dce (one file each);
+//! - [`optimize`]: runs them in order, as [`OptOptions`] (or `KILN_DISABLE_PASSES`) says.
+
+mod manager;
+pub mod passes;
+pub mod rewrite;
+
+pub use manager::{DISABLE_ENV, OptOptions, PassReport, optimize, parse_disabled, pass_names};
+pub use passes::Pass;

@@ -7,8 +7,17 @@
 //!   with loads, stores and reductions). Renderers (C, CUDA C) only ever see this.
 //! - [`program`]: the plan as plain data (buffers, steps), what a runtime executes.
 
+pub mod cache;
+pub mod fuse;
 pub mod kernel;
+mod lower;
+pub mod schedule;
+pub mod memory;
 pub mod program;
 
 pub use kernel::{Arg, Expr, ExprId, ExprNode, Idx, Kernel, Literal, Loop, Stage, VarId};
+pub use fuse::{FusionReport, StepInfo, StepKindName};
+pub use schedule::{ScheduleOptions, schedule};
 pub use program::{BufId, BufKind, BufView, Buffer, Epilogue, ExternOp, MemoryPlan, Program, Step, StepKind};
+pub use cache::{CacheKey, CacheOutcome, DiskCache};
+pub use memory::{naive_bytes, plan_memory};

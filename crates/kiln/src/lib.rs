@@ -1,6 +1,7 @@
 //! kiln's public API: [`Tensor`] with eager execution on the CPU, one dispatch point for
 //! every op, tracing a forward pass into a [`kiln_ir::Graph`], `nn` layers and the model zoo.
 
+pub mod compile;
 pub mod device;
 pub mod dispatch;
 pub mod nn;

@@ -7,6 +7,8 @@ pub fn kiln(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(args)
         .env_remove("KILN_LOG")
+        // Compiled modes write their libraries here, not into the user's cache.
+        .env("KILN_CACHE_DIR", std::env::temp_dir().join("kiln-cli-test-cache"))
         .output()
         .expect("the kiln binary runs")
 }

@@ -7,7 +7,7 @@ use kiln_ir::{DType, Element, HostTensor, Layout};
 
 /// A dense tensor of `dtype` holding `vals` (converted with `Element::from_f64`).
 pub fn tensor(dtype: DType, vals: &[f64], shape: &[usize]) -> HostTensor {
-    let storage = kiln_ir::with_dtype!(dtype, T, { T::into_storage(vals.iter().map(|&v| T::from_f64(v)).collect()) });
+    let storage = kiln_ir::with_dtype!(dtype, T, T::into_storage(vals.iter().map(|&v| T::from_f64(v)).collect()));
     HostTensor::new(storage, shape).expect("test tensor shape")
 }
 

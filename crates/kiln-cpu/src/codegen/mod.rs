@@ -1,0 +1,45 @@
+//! C code generation: a scheduled [`Program`]'s kernels as one C translation unit, compiled by
+//! [`crate::toolchain`] into a shared library (`-O3 -march=native -fopenmp`).
+//!
+//! Each kernel becomes `void NAME(void* const* args, int64_t begin, int64_t end)`: `args[i]` is
+//! the buffer of the kernel's argument `i`, and a launch covers `begin..end` of its first outer
+//! loop (the launch contract of `kiln_sched::program`). The outer loops run under
+//! `#pragma omp parallel for` when the launch has enough work; values follow the semantics of
+//! `kiln_cpu::eval` exactly (see `prelude.h`), except that Sum/Prod reductions may be
+//! reassociated by vectorisation. An expression or dtype the generator cannot render exactly
+//! is an [`kiln_ir::Error::Unsupported`] naming it, so the scheduler can leave it unfused.
+
+mod c;
+mod expr;
+
+pub use c::{PAR_MIN_WORK, render_kernel, work_per_row};
+
+use kiln_ir::{Error, Result};
+use kiln_sched::Program;
+use kiln_sched::kernel::Kernel;
+use std::collections::HashSet;
+
+/// The C helpers every translation unit starts with (static inline functions).
+pub const PRELUDE: &str = include_str!("prelude.h");
+
+/// The whole program's kernels (step kernels and extern epilogues) as one C translation unit.
+pub fn render_c(program: &Program) -> Result<String> {
+    render_kernels(program.kernels())
+}
+
+/// The prelude and the given kernels as one C translation unit (their names must differ).
+pub fn render_kernels<'a>(kernels: impl IntoIterator<Item = &'a Kernel>) -> Result<String> {
+    let mut out = String::from(PRELUDE);
+    let mut names = HashSet::new();
+    for k in kernels {
+        if !names.insert(k.name.as_str()) {
+            return Err(Error::Unsupported(format!(
+                "C codegen: two kernels are named {}",
+                k.name
+            )));
+        }
+        out.push('\n');
+        out.push_str(&render_kernel(k)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,191 @@
+/* kiln C prelude: scalar helpers shared by every generated kernel.
+ * Semantics follow kiln_ir::Op exactly (the same results as kiln_cpu::eval):
+ * - f16/bf16 are stored as uint16_t bit patterns and computed in float, each result rounded
+ *   once to nearest-even (kc_rh / kc_rbf), as the interpreter does;
+ * - integer arithmetic wraps: it is done in an unsigned type at least as wide as int, so
+ *   there is no signed overflow (C UB) and no promotion of narrow types to signed int;
+ * - float -> int casts truncate, saturate and map NaN to 0 (C's cast is UB out of range);
+ * - max/min: NaN wins; integer division truncates; Rem has the dividend's sign, Mod the
+ *   divisor's; shifts are logical, amounts outside 0..bits give 0.
+ * Compiled without -ffast-math and with -ffp-contract=off, so float ops round as written. */
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+
+static inline uint32_t kc_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float kc_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+
+/* ---- f16 (IEEE binary16) ---- */
+static inline float kc_h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    if (exp == 0x1fu) return kc_bits_f32(sign | 0x7f800000u | (man ? 0x400000u | (man << 13) : 0u));
+    if (exp == 0) {
+        /* zero or subnormal: man * 2^-24, exact in float */
+        float m = (float)man * 5.9604644775390625e-08f;
+        return sign ? -m : m;
+    }
+    return kc_bits_f32(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/* Round to nearest, ties to even (the conversion of the `half` crate). */
+static inline uint16_t kc_f2h(float f) {
+    uint32_t x = kc_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t exp = x & 0x7f800000u;
+    uint32_t man = x & 0x007fffffu;
+    if (exp == 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0u));
+    int32_t e = (int32_t)(exp >> 23) - 127 + 15;
+    if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (14 - e > 24) return (uint16_t)sign;
+        man |= 0x00800000u;
+        uint32_t hm = man >> (14 - e);
+        uint32_t round = 1u << (13 - e);
+        if ((man & round) && (man & (3u * round - 1u))) hm += 1;
+        return (uint16_t)(sign | hm);
+    }
+    uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13);
+    if ((man & 0x1000u) && (man & 0x2fffu)) h += 1;
+    return (uint16_t)h;
+}
+
+/* ---- bf16 ---- */
+static inline float kc_bf2f(uint16_t h) { return kc_bits_f32((uint32_t)h << 16); }
+
+static inline uint16_t kc_f2bf(float f) {
+    uint32_t x = kc_f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* A float rounded to the nearest f16 / bf16 value (the one rounding of a half-precision op). */
+static inline float kc_rh(float x) { return kc_h2f(kc_f2h(x)); }
+static inline float kc_rbf(float x) { return kc_bf2f(kc_f2bf(x)); }
+
+/* double -> float rounded to odd: rounding that to a type with at most 22 significand bits
+ * (f16, bf16) to nearest-even gives the correctly rounded result (no double rounding). */
+static inline float kc_d2f_odd(double d) {
+    float f = (float)d;
+    if (d != d || (double)f == d) return f;
+    uint32_t u = kc_f32_bits(f);
+    if (fabs((double)f) > fabs(d)) u -= 1; /* rounded away from zero: step back */
+    return kc_bits_f32(u | 1u);
+}
+static inline float kc_d2h(double d) { return kc_h2f(kc_f2h(kc_d2f_odd(d))); }
+static inline float kc_d2bf(double d) { return kc_bf2f(kc_f2bf(kc_d2f_odd(d))); }
+
+/* ---- float helpers ---- */
+static inline float kc_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
+static inline float kc_minf(float x, float y) { return (x < y || x != x) ? x : y; }
+static inline double kc_max(double x, double y) { return (x > y || x != x) ? x : y; }
+static inline double kc_min(double x, double y) { return (x < y || x != x) ? x : y; }
+static inline float kc_signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
+static inline double kc_sign(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x); }
+static inline float kc_reluf(float x) { return x < 0.0f ? 0.0f : x; }
+static inline double kc_relu(double x) { return x < 0.0 ? 0.0 : x; }
+/* Floor modulo from fmod; a zero result takes the divisor's sign (Python, NumPy). */
+static inline float kc_modf(float x, float y) {
+    float r = fmodf(x, y);
+    if (r == 0.0f) return y < 0.0f ? -0.0f : 0.0f;
+    return ((r < 0.0f) != (y < 0.0f)) ? r + y : r;
+}
+static inline double kc_mod(double x, double y) {
+    double r = fmod(x, y);
+    if (r == 0.0) return y < 0.0 ? -0.0 : 0.0;
+    return ((r < 0.0) != (y < 0.0)) ? r + y : r;
+}
+/* The inverse hyperbolic functions as Rust's std computes them (not libm's): the
+ * interpreter's results, bit for bit. */
+static inline float kc_asinhf(float x) {
+    float ax = fabsf(x), ix = 1.0f / ax;
+    return copysignf(log1pf(ax + ax / (hypotf(1.0f, ix) + ix)), x);
+}
+static inline double kc_asinh(double x) {
+    double ax = fabs(x), ix = 1.0 / ax;
+    return copysign(log1p(ax + ax / (hypot(1.0, ix) + ix)), x);
+}
+static inline float kc_acoshf(float x) { return x < 1.0f ? NAN : logf(x + sqrtf(x - 1.0f) * sqrtf(x + 1.0f)); }
+static inline double kc_acosh(double x) { return x < 1.0 ? (double)NAN : log(x + sqrt(x - 1.0) * sqrt(x + 1.0)); }
+static inline float kc_atanhf(float x) { return 0.5f * log1pf((2.0f * x) / (1.0f - x)); }
+static inline double kc_atanh(double x) { return 0.5 * log1p((2.0 * x) / (1.0 - x)); }
+/* f32 erf through the f64 one, as the interpreter does. */
+static inline float kc_erff(float x) { return (float)erf((double)x); }
+static inline double kc_erf(double x) { return erf(x); }
+
+/* ---- float -> integer: truncate, saturate, NaN -> 0 ---- */
+#define KC_FTOI(sfx, T, LO, HI) \
+    static inline T kc_ftoi_##sfx(double x) { \
+        if (x != x) return 0; \
+        if (x <= (double)(LO)) return (LO); \
+        if (x >= (double)(HI)) return (HI); \
+        return (T)x; \
+    }
+KC_FTOI(i8, int8_t, INT8_MIN, INT8_MAX)
+KC_FTOI(i16, int16_t, INT16_MIN, INT16_MAX)
+KC_FTOI(i32, int32_t, INT32_MIN, INT32_MAX)
+KC_FTOI(i64, int64_t, INT64_MIN, INT64_MAX)
+KC_FTOI(u8, uint8_t, 0, UINT8_MAX)
+KC_FTOI(u16, uint16_t, 0, UINT16_MAX)
+KC_FTOI(u32, uint32_t, 0, UINT32_MAX)
+KC_FTOI(u64, uint64_t, 0, UINT64_MAX)
+
+/* ---- integers: T the type, UT its unsigned twin, UW the unsigned type arithmetic runs in ---- */
+#define KC_INT(sfx, T, UT, UW, BITS) \
+    static inline T kc_add_##sfx(T a, T b) { return (T)((UW)a + (UW)b); } \
+    static inline T kc_sub_##sfx(T a, T b) { return (T)((UW)a - (UW)b); } \
+    static inline T kc_mul_##sfx(T a, T b) { return (T)((UW)a * (UW)b); } \
+    static inline T kc_neg_##sfx(T a) { return (T)((UW)0 - (UW)a); } \
+    static inline T kc_shl_##sfx(T a, T s) { \
+        return (s >= 0 && (uint64_t)s < (BITS)) ? (T)((UW)(UT)a << s) : (T)0; \
+    } \
+    static inline T kc_shr_##sfx(T a, T s) { \
+        return (s >= 0 && (uint64_t)s < (BITS)) ? (T)((UT)a >> s) : (T)0; \
+    } \
+    static inline T kc_pow_##sfx(T a, T e) { \
+        if (e < 0) return 0; \
+        uint64_t n = (uint64_t)e; \
+        UW base = (UW)a, acc = 1; \
+        while (n) { \
+            if (n & 1u) acc *= base; \
+            base *= base; \
+            n >>= 1; \
+        } \
+        return (T)acc; \
+    }
+#define KC_SINT(sfx, T, UT, UW, BITS) \
+    KC_INT(sfx, T, UT, UW, BITS) \
+    static inline T kc_abs_##sfx(T a) { return a < 0 ? kc_neg_##sfx(a) : a; } \
+    static inline T kc_sign_##sfx(T a) { return (T)((a > 0) - (a < 0)); } \
+    static inline T kc_relu_##sfx(T a) { return a < 0 ? (T)0 : a; } \
+    /* b == -1 is negation (MIN / -1 wraps to MIN); b == 0 never reaches here but gives 0. */ \
+    static inline T kc_div_##sfx(T a, T b) { return b == 0 ? (T)0 : (b == -1 ? kc_neg_##sfx(a) : (T)(a / b)); } \
+    static inline T kc_rem_##sfx(T a, T b) { return (b == 0 || b == -1) ? (T)0 : (T)(a % b); } \
+    static inline T kc_mod_##sfx(T a, T b) { \
+        T r = kc_rem_##sfx(a, b); \
+        return (r != 0 && ((r < 0) != (b < 0))) ? kc_add_##sfx(r, b) : r; \
+    }
+#define KC_UINT(sfx, T, UW, BITS) \
+    KC_INT(sfx, T, T, UW, BITS) \
+    static inline T kc_abs_##sfx(T a) { return a; } \
+    static inline T kc_sign_##sfx(T a) { return (T)(a != 0); } \
+    static inline T kc_relu_##sfx(T a) { return a; } \
+    static inline T kc_div_##sfx(T a, T b) { return b == 0 ? (T)0 : (T)(a / b); } \
+    static inline T kc_rem_##sfx(T a, T b) { return b == 0 ? (T)0 : (T)(a % b); } \
+    static inline T kc_mod_##sfx(T a, T b) { return kc_rem_##sfx(a, b); }
+KC_SINT(i8, int8_t, uint8_t, uint32_t, 8)
+KC_SINT(i16, int16_t, uint16_t, uint32_t, 16)
+KC_SINT(i32, int32_t, uint32_t, uint32_t, 32)
+KC_SINT(i64, int64_t, uint64_t, uint64_t, 64)
+KC_UINT(u8, uint8_t, uint32_t, 8)
+KC_UINT(u16, uint16_t, uint32_t, 16)
+KC_UINT(u32, uint32_t, uint32_t, 32)
+KC_UINT(u64, uint64_t, uint64_t, 64)
+
+/* An index clamped into 0..len-1: a load on a Where branch is evaluated even when the branch
+ * is not taken (its value is then discarded), so its index must stay inside the buffer. */
+static inline int64_t kc_clamp(int64_t i, int64_t len) { return i < 0 ? 0 : (i >= len ? len - 1 : i); }
+
+/* Bool: lo <= i < hi. */
+static inline uint8_t kc_in_range(int64_t i, int64_t lo, int64_t hi) { return (uint8_t)(lo <= i && i < hi); }

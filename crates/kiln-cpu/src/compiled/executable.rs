@@ -1,0 +1,343 @@
+//! [`Executable`]: a [`Program`] bound to a way of running its kernels, ready to run many
+//! times. Everything a run's raw memory accesses rely on (views inside their buffers, kernel
+//! arguments no longer than their buffers, the memory plan inside the arena, only
+//! temporaries written) is checked once, when it is built.
+
+use super::launch::LaunchKernel;
+use super::views::{check_view, read_dense};
+use super::{raw, steps};
+use kiln_ir::{Error, HostTensor, Result};
+use kiln_sched::{BufId, BufKind, Kernel, Program, StepKind};
+use std::sync::{Arc, Mutex};
+
+/// Alignment of every temporary (and of the arena): a cache line, as the memory planner and
+/// vector code assume.
+const ALIGN: usize = 64;
+
+/// A program ready to run: constants bound, temporaries placed in one arena that is kept
+/// between runs (a steady-state run allocates only its outputs).
+pub struct Executable {
+    program: Program,
+    kernels: Arc<dyn LaunchKernel>,
+    /// Dense copies of the program's constants (shared, no copy when already dense).
+    consts: Vec<HostTensor>,
+    /// Byte offset of each temporary in the arena.
+    offsets: Vec<Option<usize>>,
+    arena_bytes: usize,
+    /// f32 elements of im2col scratch the largest convolution needs.
+    scratch_elems: usize,
+    state: Mutex<State>,
+}
+
+/// Memory reused from run to run; the lock also serialises concurrent runs.
+#[derive(Default)]
+pub(crate) struct State {
+    arena: Vec<u64>,
+    pub(crate) scratch: Vec<f32>,
+}
+
+impl Executable {
+    /// Binds `program` to `kernels`, checking the program (see the module docs).
+    pub fn new(program: Program, kernels: Arc<dyn LaunchKernel>) -> Result<Executable> {
+        let consts = bind_consts(&program)?;
+        let (offsets, arena_bytes) = place_temps(&program)?;
+        check_steps(&program)?;
+        let scratch_elems = program
+            .steps
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StepKind::Extern {
+                    op,
+                    inputs,
+                    out_shape,
+                    ..
+                } => steps::scratch_elems(op, inputs, out_shape),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        Ok(Executable {
+            program,
+            kernels,
+            consts,
+            offsets,
+            arena_bytes,
+            scratch_elems,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The program this runs.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Bytes a run holds besides inputs, constants and outputs: the arena of temporaries and
+    /// the convolution scratch.
+    pub fn peak_bytes(&self) -> usize {
+        self.arena_bytes + self.scratch_elems * std::mem::size_of::<f32>()
+    }
+
+    /// Runs the program on `inputs` (any layouts; made dense first) and returns its outputs.
+    pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        let p = &self.program;
+        if inputs.len() != p.inputs.len() {
+            return Err(Error::Value(format!(
+                "the compiled program takes {} inputs, got {}",
+                p.inputs.len(),
+                inputs.len()
+            )));
+        }
+        let mut dense = Vec::with_capacity(inputs.len());
+        for (i, (t, &id)) in inputs.iter().zip(&p.inputs).enumerate() {
+            let b = p.buffer(id);
+            if t.dtype() != b.dtype {
+                return Err(Error::DType(format!(
+                    "input {i}: the compiled program expects {} but got {} {:?}",
+                    b.dtype,
+                    t.dtype(),
+                    t.shape()
+                )));
+            }
+            if t.numel() != b.numel {
+                return Err(Error::Shape(format!(
+                    "input {i}: the compiled program expects {} elements but got shape {:?} ({} elements); \
+                     recompile for this shape",
+                    b.numel,
+                    t.shape(),
+                    t.numel()
+                )));
+            }
+            dense.push(t.contiguous());
+        }
+        let mut guard = self.state.lock().map_err(|_| {
+            Error::Value("a previous run of this executable panicked; build a new one".into())
+        })?;
+        let state = &mut *guard;
+        let words = self.arena_bytes.div_ceil(8) + ALIGN / 8;
+        if state.arena.len() < words {
+            state.arena = vec![0u64; words];
+        }
+        if state.scratch.len() < self.scratch_elems {
+            state.scratch = vec![0.0; self.scratch_elems];
+        }
+        let base = {
+            let p = state.arena.as_mut_ptr() as *mut u8;
+            // SAFETY: the arena has ALIGN spare bytes, so the aligned base stays inside it.
+            unsafe { p.add(p.align_offset(ALIGN)) }
+        };
+        let ptrs: Vec<*mut u8> = p
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match b.kind {
+                BufKind::Input(k) => raw::storage_ptr(&dense[k].storage),
+                BufKind::Const(c) => raw::storage_ptr(&self.consts[c.0 as usize].storage),
+                // SAFETY: `place_temps` put every temporary inside `arena_bytes`.
+                BufKind::Temp => unsafe { base.add(self.offsets[i].unwrap_or(0)) },
+            })
+            .collect();
+        for (i, step) in p.steps.iter().enumerate() {
+            steps::run_step(p, &step.kind, &ptrs, &*self.kernels, &mut state.scratch)
+                .map_err(|e| e.context(&format!("step {i} (nodes {:?})", step.nodes)))?;
+        }
+        p.outputs
+            .iter()
+            .map(|(id, shape)| read_dense(ptrs[id.index()], p.buffer(*id).dtype, shape))
+            .collect()
+    }
+}
+
+/// Dense copies of the constants, checked against their buffers.
+fn bind_consts(p: &Program) -> Result<Vec<HostTensor>> {
+    for (i, b) in p.buffers.iter().enumerate() {
+        match b.kind {
+            BufKind::Const(c) => {
+                let t = p.consts.get(c.0 as usize).ok_or_else(|| {
+                    Error::Graph(format!(
+                        "buffer {i} is constant {} of {}",
+                        c.0,
+                        p.consts.len()
+                    ))
+                })?;
+                if t.dtype() != b.dtype || t.numel() != b.numel {
+                    return Err(Error::Graph(format!(
+                        "buffer {i} ({} x{}) does not match constant {} ({} {:?})",
+                        b.dtype,
+                        b.numel,
+                        c.0,
+                        t.dtype(),
+                        t.shape()
+                    )));
+                }
+            }
+            BufKind::Input(k) => {
+                if p.inputs.get(k) != Some(&BufId(i as u32)) {
+                    return Err(Error::Graph(format!(
+                        "buffer {i} is input {k} but program.inputs disagrees"
+                    )));
+                }
+            }
+            BufKind::Temp => {}
+        }
+    }
+    for (k, id) in p.inputs.iter().enumerate() {
+        if p.buffers.get(id.index()).map(|b| b.kind) != Some(BufKind::Input(k)) {
+            return Err(Error::Graph(format!(
+                "program input {k} is buffer {}, not an input buffer",
+                id.0
+            )));
+        }
+    }
+    Ok(p.consts.iter().map(|t| t.contiguous()).collect())
+}
+
+/// Offsets of the temporaries: the memory plan's, checked, or (without a plan) one disjoint
+/// aligned slot each.
+fn place_temps(p: &Program) -> Result<(Vec<Option<usize>>, usize)> {
+    let Some(plan) = &p.memory else {
+        let mut offsets = vec![None; p.buffers.len()];
+        let mut end = 0usize;
+        for (i, b) in p.buffers.iter().enumerate() {
+            if b.kind == BufKind::Temp {
+                offsets[i] = Some(end);
+                end += b.bytes().next_multiple_of(ALIGN);
+            }
+        }
+        return Ok((offsets, end));
+    };
+    if plan.offsets.len() != p.buffers.len() {
+        return Err(Error::Graph(format!(
+            "memory plan has {} offsets for {} buffers",
+            plan.offsets.len(),
+            p.buffers.len()
+        )));
+    }
+    for (i, b) in p.buffers.iter().enumerate() {
+        if b.kind != BufKind::Temp {
+            continue;
+        }
+        match plan.offsets[i] {
+            Some(o)
+                if o % ALIGN == 0
+                    && o.checked_add(b.bytes())
+                        .is_some_and(|e| e <= plan.arena_bytes) => {}
+            o => {
+                return Err(Error::Graph(format!(
+                    "memory plan places temporary {i} ({} bytes) at {o:?}, not a {ALIGN}-aligned slot inside \
+                     the {}-byte arena",
+                    b.bytes(),
+                    plan.arena_bytes
+                )));
+            }
+        }
+    }
+    Ok((plan.offsets.clone(), plan.arena_bytes))
+}
+
+/// Checks each step's arguments and views against the buffers.
+fn check_steps(p: &Program) -> Result<()> {
+    let temp = |id: &BufId, what: &str| -> Result<()> {
+        match p.buffers.get(id.index()) {
+            Some(b) if b.kind == BufKind::Temp => Ok(()),
+            Some(_) => Err(Error::Graph(format!(
+                "{what} writes buffer {}, an input or constant",
+                id.0
+            ))),
+            None => Err(Error::Graph(format!(
+                "{what} names buffer {} of {}",
+                id.0,
+                p.buffers.len()
+            ))),
+        }
+    };
+    for (i, step) in p.steps.iter().enumerate() {
+        let what = format!("step {i}");
+        match &step.kind {
+            StepKind::Kernel { kernel, args } => check_args(p, kernel, args, &what)?,
+            StepKind::Extern {
+                inputs,
+                out,
+                out_shape,
+                epilogue,
+                ..
+            } => {
+                for v in inputs {
+                    check_view(p, v, &what)?;
+                }
+                temp(out, &what)?;
+                check_out(p, *out, out_shape, &what)?;
+                if let Some(e) = epilogue {
+                    check_args(p, &e.kernel, &e.args, &format!("{what} epilogue"))?;
+                }
+            }
+            StepKind::Eval {
+                inputs,
+                out,
+                out_shape,
+                ..
+            } => {
+                for v in inputs {
+                    check_view(p, v, &what)?;
+                }
+                temp(out, &what)?;
+                check_out(p, *out, out_shape, &what)?;
+            }
+        }
+    }
+    for (i, (id, shape)) in p.outputs.iter().enumerate() {
+        check_out(p, *id, shape, &format!("output {i}"))?;
+    }
+    Ok(())
+}
+
+fn check_out(p: &Program, id: BufId, shape: &[usize], what: &str) -> Result<()> {
+    let b = p.buffers.get(id.index()).ok_or_else(|| {
+        Error::Graph(format!(
+            "{what} names buffer {} of {}",
+            id.0,
+            p.buffers.len()
+        ))
+    })?;
+    if shape.iter().product::<usize>() != b.numel {
+        return Err(Error::Graph(format!(
+            "{what}: shape {shape:?} does not fit buffer {} of {} elements",
+            id.0, b.numel
+        )));
+    }
+    Ok(())
+}
+
+/// A kernel's declared arguments must fit the buffers bound to them.
+fn check_args(p: &Program, k: &Kernel, args: &[BufId], what: &str) -> Result<()> {
+    let what = format!("{what} (kernel {})", k.name);
+    if args.len() != k.args.len() {
+        return Err(Error::Graph(format!(
+            "{what}: {} buffers for {} arguments",
+            args.len(),
+            k.args.len()
+        )));
+    }
+    for (j, (id, a)) in args.iter().zip(&k.args).enumerate() {
+        let b = p.buffers.get(id.index()).ok_or_else(|| {
+            Error::Graph(format!(
+                "{what}: argument {j} is buffer {} of {}",
+                id.0,
+                p.buffers.len()
+            ))
+        })?;
+        if b.dtype != a.dtype || a.len > b.numel {
+            return Err(Error::Graph(format!(
+                "{what}: argument {j} ({} x{}) does not fit buffer {} ({} x{})",
+                a.dtype, a.len, id.0, b.dtype, b.numel
+            )));
+        }
+        if a.written && b.kind != BufKind::Temp {
+            return Err(Error::Graph(format!(
+                "{what}: argument {j} writes buffer {}, an input or constant",
+                id.0
+            )));
+        }
+    }
+    Ok(())
+}

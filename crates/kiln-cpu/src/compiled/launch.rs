@@ -1,0 +1,15 @@
+//! How a [`StepKind::Kernel`](kiln_sched::StepKind) step (or an extern's epilogue) runs.
+
+use kiln_ir::Result;
+use kiln_sched::Kernel;
+
+/// Runs kernels of the kernel IR. The interpreter ([`super::InterpKernels`]) implements it;
+/// a native backend (compiled C) implements it by calling the kernel's symbol.
+pub trait LaunchKernel: Send + Sync {
+    /// Runs `kernel` over the points `begin..end` of its first outer loop (a kernel without
+    /// outer loops has one point and ignores the range), argument `i` bound to `args[i]`.
+    ///
+    /// The caller guarantees each `args[i]` points to at least `kernel.args[i].len` elements
+    /// of `kernel.args[i].dtype`, live and not aliased by anything else during the call.
+    fn launch(&self, kernel: &Kernel, args: &[*mut u8], begin: i64, end: i64) -> Result<()>;
+}

@@ -1,0 +1,167 @@
+//! The MatMul extern: batched (broadcast batch dims) f32 GEMM on strided views, written
+//! straight into the output buffer, with the epilogue run on each block of finished rows.
+
+use super::steps::Epi;
+use kiln_ir::{Error, Result};
+use kiln_sched::{BufId, BufView};
+
+/// Multiply-adds below which one gemm call stays on one thread (as `kernels::matmul`).
+const PAR_WORK: usize = 1 << 18;
+
+/// Runs `out = a @ b` (see [`kiln_sched::ExternOp::MatMul`]).
+pub(crate) fn run(
+    inputs: &[BufView],
+    ptrs: &[*mut u8],
+    out: BufId,
+    out_shape: &[usize],
+    epi: &Epi,
+) -> Result<()> {
+    let ctx = || {
+        let shapes: Vec<&[usize]> = inputs.iter().map(|v| &v.shape[..]).collect();
+        format!("matmul extern {shapes:?} -> {out_shape:?}")
+    };
+    let [a, b] = inputs else {
+        return Err(Error::Graph(format!("{}: needs 2 inputs", ctx())));
+    };
+    let (ra, rb, ro) = (a.shape.len(), b.shape.len(), out_shape.len());
+    if ra < 2 || rb < 2 || ro < 2 {
+        return Err(Error::Shape(format!(
+            "{}: operands and result need rank >= 2",
+            ctx()
+        )));
+    }
+    let (m, k, n) = (a.shape[ra - 2], a.shape[ra - 1], b.shape[rb - 1]);
+    if b.shape[rb - 2] != k || out_shape[ro - 2..] != [m, n] {
+        return Err(Error::Shape(format!(
+            "{}: inner or result dims do not fit",
+            ctx()
+        )));
+    }
+    let batch = &out_shape[..ro - 2];
+    for v in [a, b] {
+        let lead = &v.shape[..v.shape.len() - 2];
+        let fits = lead.len() <= batch.len()
+            && lead
+                .iter()
+                .zip(&batch[batch.len() - lead.len()..])
+                .all(|(&d, &o)| d == o || d == 1);
+        if !fits {
+            return Err(Error::Shape(format!(
+                "{}: batch dims {lead:?} do not broadcast to {batch:?}",
+                ctx()
+            )));
+        }
+    }
+    let batches: usize = batch.iter().product();
+    epi.check_rows(batches * m)?;
+    // Without an epilogue one call per matrix packs `b` once; with one, row blocks keep the
+    // finished rows in cache for it.
+    let block = if epi.present() {
+        ((1usize << 16) / n.max(1)).clamp(64, 256).min(m).max(1)
+    } else {
+        m.max(1)
+    };
+    let (pa, pb, po) = (
+        ptrs[a.buf.index()] as *const f32,
+        ptrs[b.buf.index()] as *const f32,
+        ptrs[out.index()] as *mut f32,
+    );
+    let mut idx = vec![0usize; batch.len()];
+    for bi in 0..batches {
+        let mut rem = bi;
+        for d in (0..batch.len()).rev() {
+            idx[d] = rem % batch[d];
+            rem /= batch[d];
+        }
+        let (oa, ob) = (batch_offset(a, &idx), batch_offset(b, &idx));
+        for r0 in (0..m).step_by(block) {
+            let r1 = (r0 + block).min(m);
+            // SAFETY: `Executable::new` checked both views inside their buffers and the
+            // output buffer holds `batches * m * n` elements; rows r0..r1 of matrix `bi`
+            // are a sub-view of each.
+            unsafe {
+                let dst = po.add((bi * m + r0) * n);
+                let lhs = pa.offset(oa as isize + r0 as isize * a.strides[ra - 2] as isize);
+                sgemm(
+                    r1 - r0,
+                    n,
+                    k,
+                    dst,
+                    n as isize,
+                    lhs,
+                    a.strides[ra - 2] as isize,
+                    a.strides[ra - 1] as isize,
+                    pb.add(ob),
+                    b.strides[rb - 2] as isize,
+                    b.strides[rb - 1] as isize,
+                );
+            }
+            epi.rows(bi * m + r0, bi * m + r1)?;
+        }
+    }
+    Ok(())
+}
+
+/// Element offset of matrix `idx` (output batch index) in a view whose batch dims broadcast.
+fn batch_offset(v: &BufView, idx: &[usize]) -> usize {
+    let lead = v.shape.len() - 2;
+    let pad = idx.len() - lead;
+    (0..lead)
+        .map(|d| {
+            if v.shape[d] == 1 {
+                0
+            } else {
+                idx[pad + d] * v.strides[d]
+            }
+        })
+        .sum::<usize>()
+        + v.offset
+}
+
+/// Dense-row `dst[m, n]` (row stride `dst_rs`) `= lhs[m, k] @ rhs[k, n]` with any operand
+/// strides; zeros when `k == 0`. Threaded inside gemm when the product is large.
+///
+/// # Safety
+/// Every element the strides reach must be inside live allocations; `dst` must not overlap
+/// `lhs` or `rhs`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: isize,
+    lhs: *const f32,
+    lhs_rs: isize,
+    lhs_cs: isize,
+    rhs: *const f32,
+    rhs_rs: isize,
+    rhs_cs: isize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: inside the caller's dst bounds.
+                unsafe { dst.offset(i as isize * dst_rs + j as isize).write(0.0) };
+            }
+        }
+        return;
+    }
+    let threads = rayon::current_num_threads();
+    let par = if threads > 1 && m * n * k >= PAR_WORK {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // gemm computes dst = alpha * dst + beta * lhs @ rhs; alpha is unused without read_dst.
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        gemm::gemm(
+            m, n, k, dst, 1, dst_rs, false, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, 1.0f32,
+            1.0f32, false, false, false, par,
+        )
+    }
+}

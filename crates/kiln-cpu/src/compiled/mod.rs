@@ -1,0 +1,30 @@
+//! The compiled-program runner: executes a scheduled [`kiln_sched::Program`] — fused kernel
+//! steps, extern GEMM/conv with fused epilogues, reference-kernel fallbacks — over one arena
+//! of temporaries.
+//!
+//! - [`LaunchKernel`]: how a kernel step runs; [`InterpKernels`] interprets the kernel IR
+//!   (the reference for the C renderer); a native backend loads compiled C instead.
+//! - [`Executable`]: a program bound to its kernels, checked once, run many times.
+
+mod conv;
+mod executable;
+mod interp;
+mod launch;
+mod matmul;
+mod raw;
+mod steps;
+mod views;
+
+pub use executable::Executable;
+pub use interp::InterpKernels;
+pub use launch::LaunchKernel;
+
+use kiln_ir::{HostTensor, Result};
+use kiln_sched::Program;
+use std::sync::Arc;
+
+/// Runs `program` on `inputs` with every kernel interpreted from its kernel IR: the scheduler's
+/// reference path, needing no C compiler.
+pub fn run_interpreted(program: &Program, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    Executable::new(program.clone(), Arc::new(InterpKernels))?.run(inputs)
+}

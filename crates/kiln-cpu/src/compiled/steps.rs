@@ -1,0 +1,142 @@
+//! Running one step of a program on bound buffers.
+
+use super::launch::LaunchKernel;
+use super::views::{read_view, write_dense};
+use super::{conv, matmul};
+use kiln_ir::{DType, Error, HostTensor, Op, Result};
+use kiln_sched::{BufId, BufView, Epilogue, ExternOp, Program, StepKind};
+
+/// Runs one step; `ptrs[i]` is the memory of buffer `i` (checked by `Executable::new`).
+pub(crate) fn run_step(
+    p: &Program,
+    step: &StepKind,
+    ptrs: &[*mut u8],
+    kernels: &dyn LaunchKernel,
+    scratch: &mut Vec<f32>,
+) -> Result<()> {
+    match step {
+        StepKind::Kernel { kernel, args } => {
+            let end = kernel.outer.first().map_or(1, |l| l.extent as i64);
+            kernels.launch(kernel, &bind(ptrs, args), 0, end)
+        }
+        StepKind::Eval {
+            op,
+            inputs,
+            out,
+            out_shape,
+        } => eval_step(p, op, inputs, *out, out_shape, ptrs),
+        StepKind::Extern {
+            op,
+            inputs,
+            out,
+            out_shape,
+            epilogue,
+        } => {
+            for v in inputs.iter().map(|v| v.buf).chain([*out]) {
+                if p.buffer(v).dtype != DType::F32 {
+                    return Err(Error::Unsupported(format!(
+                        "extern {op:?}: buffer {} is {}, externs take f32 only (schedule other dtypes as Eval)",
+                        v.0,
+                        p.buffer(v).dtype
+                    )));
+                }
+            }
+            let epi = Epi {
+                kernels,
+                epilogue: epilogue.as_ref(),
+                ptrs,
+            };
+            match op {
+                ExternOp::MatMul => matmul::run(inputs, ptrs, *out, out_shape, &epi),
+                ExternOp::Conv2d(a) => conv::run(a, inputs, ptrs, *out, out_shape, &epi, scratch),
+            }
+        }
+    }
+}
+
+/// The pointers of `args`, in order.
+fn bind(ptrs: &[*mut u8], args: &[BufId]) -> Vec<*mut u8> {
+    args.iter().map(|a| ptrs[a.index()]).collect()
+}
+
+/// An extern's epilogue, launched on each block of finished output rows.
+pub(crate) struct Epi<'a> {
+    kernels: &'a dyn LaunchKernel,
+    epilogue: Option<&'a Epilogue>,
+    ptrs: &'a [*mut u8],
+}
+
+impl Epi<'_> {
+    /// True when there is an epilogue (externs then work in row blocks).
+    pub(crate) fn present(&self) -> bool {
+        self.epilogue.is_some()
+    }
+
+    /// Runs the epilogue on output rows `begin..end` (no-op without one).
+    pub(crate) fn rows(&self, begin: usize, end: usize) -> Result<()> {
+        let Some(e) = self.epilogue else {
+            return Ok(());
+        };
+        self.kernels.launch(
+            &e.kernel,
+            &bind(self.ptrs, &e.args),
+            begin as i64,
+            end as i64,
+        )
+    }
+
+    /// Checks that the epilogue's first outer loop covers the extern's `rows` output rows.
+    pub(crate) fn check_rows(&self, rows: usize) -> Result<()> {
+        let Some(e) = self.epilogue else {
+            return Ok(());
+        };
+        match e.kernel.outer.first() {
+            Some(l) if l.extent == rows => Ok(()),
+            l => Err(Error::Graph(format!(
+                "epilogue {} runs over {:?} rows, the extern's output has {rows}",
+                e.kernel.name,
+                l.map(|l| l.extent)
+            ))),
+        }
+    }
+}
+
+/// f32 elements of im2col scratch an extern needs (`None` when it needs none).
+pub(crate) fn scratch_elems(
+    op: &ExternOp,
+    inputs: &[BufView],
+    out_shape: &[usize],
+) -> Option<usize> {
+    match op {
+        ExternOp::Conv2d(a) => conv::scratch_elems(a, inputs, out_shape),
+        ExternOp::MatMul => None,
+    }
+}
+
+/// One op through the reference kernels on copies of its input views.
+fn eval_step(
+    p: &Program,
+    op: &Op,
+    inputs: &[BufView],
+    out: BufId,
+    out_shape: &[usize],
+    ptrs: &[*mut u8],
+) -> Result<()> {
+    let args: Vec<HostTensor> = inputs
+        .iter()
+        .map(|v| read_view(p, ptrs, v))
+        .collect::<Result<_>>()?;
+    let refs: Vec<&HostTensor> = args.iter().collect();
+    let r = crate::eval(op, &refs)?;
+    let b = p.buffer(out);
+    if r.dtype() != b.dtype || r.shape() != out_shape {
+        return Err(Error::Graph(format!(
+            "eval of {} gave {} {:?}, the program expects {} {out_shape:?}",
+            op.name(),
+            r.dtype(),
+            r.shape(),
+            b.dtype
+        )));
+    }
+    write_dense(&r.contiguous(), ptrs[out.index()])
+}

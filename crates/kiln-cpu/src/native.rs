@@ -1,0 +1,76 @@
+//! Kernels compiled to native code: a loaded [`NativeLibrary`] of generated C, launched through
+//! the same [`LaunchKernel`] interface as the kernel-IR interpreter.
+//!
+//! Parallelism: a big launch's range of the first outer loop is split over rayon's pool — the
+//! pool the GEMMs use — rather than an OpenMP team inside the C, because two pools on the same
+//! cores fight (an OpenMP team spinning after each kernel made resnet50 8x slower next to the
+//! GEMM's threads).
+
+use crate::compiled::LaunchKernel;
+use crate::toolchain::{KernelFn, NativeLibrary};
+use kiln_ir::{Error, Result};
+use kiln_sched::{Kernel, Program};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::path::Path;
+
+/// The compiled kernels of one program, looked up by name once at load time.
+pub struct NativeKernels {
+    fns: HashMap<String, KernelFn>,
+    // Declared after `fns` so the functions are dropped before the library they point into.
+    _lib: NativeLibrary,
+}
+
+impl NativeKernels {
+    /// Loads the library at `path` and resolves every kernel `program` launches.
+    pub fn load(path: &Path, program: &Program) -> Result<NativeKernels> {
+        let lib = NativeLibrary::load(path)?;
+        let mut fns = HashMap::new();
+        for k in program.kernels() {
+            fns.insert(k.name.clone(), lib.kernel(&k.name)?);
+        }
+        Ok(NativeKernels { fns, _lib: lib })
+    }
+}
+
+impl LaunchKernel for NativeKernels {
+    fn launch(&self, kernel: &Kernel, args: &[*mut u8], begin: i64, end: i64) -> Result<()> {
+        let f = self
+            .fns
+            .get(&kernel.name)
+            .ok_or_else(|| Error::Unsupported(format!("kernel {} is not in the compiled library", kernel.name)))?;
+        if args.len() != kernel.args.len() {
+            return Err(Error::Value(format!("kernel {} takes {} buffers, {} were bound", kernel.name, kernel.args.len(), args.len())));
+        }
+        let f = *f;
+        let threads = rayon::current_num_threads() as i64;
+        let rows = end - begin;
+        let work = crate::codegen::work_per_row(kernel).saturating_mul(rows.max(0) as u64);
+        if kernel.outer.is_empty() || threads < 2 || rows < 2 || work < crate::codegen::PAR_MIN_WORK {
+            // SAFETY: the caller guarantees (LaunchKernel's contract) that each pointer holds
+            // its argument's elements; the function was generated from this very kernel.
+            unsafe { f(args.as_ptr() as *const *mut c_void, begin, end) };
+            return Ok(());
+        }
+        let chunks = threads.min(rows);
+        let args = SendPtrs(args);
+        rayon::scope(|s| {
+            for c in 0..chunks {
+                let (b, e) = (begin + rows * c / chunks, begin + rows * (c + 1) / chunks);
+                let args = &args;
+                s.spawn(move |_| {
+                    // SAFETY: as above; outer points are independent (the kernel IR's rule),
+                    // so disjoint ranges write disjoint elements.
+                    unsafe { f(args.0.as_ptr() as *const *mut c_void, b, e) };
+                });
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Buffer pointers shared by the threads of one launch (each writes its own points).
+struct SendPtrs<'a>(&'a [*mut u8]);
+
+// SAFETY: the pointers are only dereferenced by the kernel, on disjoint outer points.
+unsafe impl Sync for SendPtrs<'_> {}

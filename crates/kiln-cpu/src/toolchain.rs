@@ -1,0 +1,229 @@
+//! The system C compiler that turns generated kernels ([`crate::codegen`]) into a shared
+//! library, and the loading of that library.
+
+use kiln_ir::{Error, Result};
+use std::ffi::c_void;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A compiled kernel: `f(args, begin, end)` with `args[i]` the buffer of argument `i` and
+/// `begin..end` the launched range of the first outer loop.
+pub type KernelFn = unsafe extern "C" fn(*const *mut c_void, i64, i64);
+
+/// Flags for every compile. No `-ffast-math` (it would break NaN/Inf semantics);
+/// `-ffp-contract=off` keeps `a*b+c` two roundings, as the interpreter computes it.
+const FLAGS: &[&str] = &[
+    "-O3",
+    "-march=native",
+    "-fopenmp",
+    "-fPIC",
+    "-shared",
+    "-fno-math-errno",
+    "-ffp-contract=off",
+    "-std=gnu11",
+];
+
+/// A working C compiler with OpenMP.
+#[derive(Clone, Debug)]
+pub struct Toolchain {
+    /// The compiler command (`$CC` or `cc`).
+    pub cc: PathBuf,
+    /// The first line of `cc --version`.
+    pub version: String,
+}
+
+impl Toolchain {
+    /// Finds the compiler (`$CC`, else `cc`) and checks that it compiles an OpenMP shared
+    /// library.
+    pub fn detect() -> Result<Toolchain> {
+        let tc = Toolchain::find()?;
+        tc.probe()?;
+        Ok(tc)
+    }
+
+    /// Finds the compiler (`$CC`, else `cc`) and reads its version, without the probe compile
+    /// (a warm start from the disk cache needs the compiler's identity, not a build).
+    pub fn find() -> Result<Toolchain> {
+        let cc = std::env::var_os("CC")
+            .filter(|s| !s.is_empty())
+            .map_or_else(|| PathBuf::from("cc"), PathBuf::from);
+        Toolchain::identify(cc)
+    }
+
+    /// Checks the compiler `cc` (a command name or a path) as [`Toolchain::detect`] does.
+    pub fn with_compiler(cc: PathBuf) -> Result<Toolchain> {
+        let tc = Toolchain::identify(cc)?;
+        tc.probe()?;
+        Ok(tc)
+    }
+
+    /// The compiler `cc` with its version line, if `cc --version` runs.
+    fn identify(cc: PathBuf) -> Result<Toolchain> {
+        let out = Command::new(&cc).arg("--version").output().map_err(|e| {
+            Error::Unsupported(format!(
+                "no C compiler: running `{} --version` failed ({e}); install gcc (apt install gcc) or set CC",
+                cc.display()
+            ))
+        })?;
+        if !out.status.success() {
+            return Err(Error::Unsupported(format!(
+                "no C compiler: `{} --version` exited with {}; install gcc (apt install gcc) or set CC",
+                cc.display(),
+                out.status
+            )));
+        }
+        let version = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        Ok(Toolchain { cc, version })
+    }
+
+    /// A string naming the compiler, its version and the flags, for cache keys.
+    pub fn id(&self) -> String {
+        format!(
+            "{} | {} | {}",
+            self.cc.display(),
+            self.version,
+            FLAGS.join(" ")
+        )
+    }
+
+    /// Compiles `source` into the shared library `out`. The source is written next to it
+    /// (`out` with extension `.c`) for debugging; the library is built under a temporary name
+    /// and renamed, so a concurrent reader never sees a half-written file.
+    pub fn compile_shared(&self, source: &str, out: &Path) -> Result<()> {
+        let c_path = out.with_extension("c");
+        std::fs::write(&c_path, source)
+            .map_err(|e| Error::Io(format!("writing C source {}: {e}", c_path.display())))?;
+        let tmp = out.with_extension(format!("tmp{}.so", std::process::id()));
+        let res = Command::new(&self.cc)
+            .args(FLAGS)
+            .arg("-o")
+            .arg(&tmp)
+            .arg(&c_path)
+            .arg("-lm")
+            .output()
+            .map_err(|e| {
+                Error::Unsupported(format!("running the C compiler {}: {e}", self.cc.display()))
+            })?;
+        if !res.status.success() {
+            let _ = std::fs::remove_file(&tmp);
+            let stderr = String::from_utf8_lossy(&res.stderr);
+            let head: Vec<&str> = stderr.lines().take(20).collect();
+            return Err(Error::Unsupported(format!(
+                "C compiler {} failed on {} ({}):\n{}",
+                self.cc.display(),
+                c_path.display(),
+                res.status,
+                head.join("\n")
+            )));
+        }
+        std::fs::rename(&tmp, out).map_err(|e| {
+            Error::Io(format!(
+                "moving {} to {}: {e}",
+                tmp.display(),
+                out.display()
+            ))
+        })
+    }
+
+    /// Compiles a tiny OpenMP kernel, so a missing `-fopenmp` runtime (libgomp) is found at
+    /// detection rather than at the first real compile.
+    /// Builds a tiny OpenMP shared library, to tell a usable compiler from one that is not.
+    pub fn probe(&self) -> Result<()> {
+        // Unique per call, so threads probing at once do not delete each other's files.
+        static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("kiln-cc-probe-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::Io(format!("creating {}: {e}", dir.display())))?;
+        let src = "#include <math.h>\nvoid kiln_probe(float* x, long n) {\n#pragma omp parallel for\n    for (long i = 0; i < n; i++) x[i] = sqrtf(x[i]);\n}\n";
+        let res = self.compile_shared(src, &dir.join("probe.so"));
+        let _ = std::fs::remove_dir_all(&dir);
+        res.map_err(|e| {
+            Error::Unsupported(format!(
+                "the C compiler {} cannot build OpenMP shared libraries (install gcc and libgomp, or set CC): {e}",
+                self.cc.display()
+            ))
+        })
+    }
+}
+
+/// A loaded shared library of kernels. The [`KernelFn`]s it hands out point into it: keep
+/// the library alive as long as they are called (hold both in one struct).
+#[derive(Debug)]
+pub struct NativeLibrary {
+    lib: libloading::Library,
+    path: PathBuf,
+}
+
+impl NativeLibrary {
+    /// Loads the shared library at `path`.
+    pub fn load(path: &Path) -> Result<NativeLibrary> {
+        // SAFETY: the library is one kiln compiled from generated C: it has no initialisers
+        // beyond the C runtime's and OpenMP's.
+        let lib = unsafe { libloading::Library::new(path) }
+            .map_err(|e| Error::Io(format!("loading compiled kernels {}: {e}", path.display())))?;
+        Ok(NativeLibrary {
+            lib,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The kernel function `name`.
+    pub fn kernel(&self, name: &str) -> Result<KernelFn> {
+        // SAFETY: every exported kernel has the `KernelFn` signature (codegen's contract).
+        let sym = unsafe { self.lib.get::<KernelFn>(name.as_bytes()) }.map_err(|e| {
+            Error::Unsupported(format!(
+                "kernel {name} is not in the compiled library {}: {e}",
+                self.path.display()
+            ))
+        })?;
+        Ok(*sym)
+    }
+
+    /// Where the library was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The CPU's feature flags (the `flags` line of `/proc/cpuinfo`, else the features the
+/// standard library detects), for cache keys: `-march=native` code is only valid on a CPU
+/// with the same features.
+pub fn cpu_features() -> String {
+    if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo")
+        && let Some(line) = info
+            .lines()
+            .find(|l| l.starts_with("flags") || l.starts_with("Features"))
+        && let Some((_, flags)) = line.split_once(':')
+    {
+        return flags.trim().to_string();
+    }
+    detected_features()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detected_features() -> String {
+    let mut out: Vec<&str> = Vec::new();
+    macro_rules! probe {
+        ($($f:tt),*) => {$(
+            if std::arch::is_x86_feature_detected!($f) {
+                out.push($f);
+            }
+        )*};
+    }
+    probe!(
+        "sse4.2", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl",
+        "avx512dq"
+    );
+    out.join(" ")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detected_features() -> String {
+    std::env::consts::ARCH.to_string()
+}

@@ -1,0 +1,121 @@
+//! The pass manager: runs the passes in their fixed order, logs and times each one, and checks
+//! the graph after each so a broken pass is named where it breaks.
+
+use crate::passes::{BnFold, Cse, Dce, Decompose, Fold, Pass, Simplify};
+use kiln_ir::{Error, Graph, Result};
+use std::time::Instant;
+
+/// The environment variable listing passes to skip (`KILN_DISABLE_PASSES=cse,bn_fold`).
+pub const DISABLE_ENV: &str = "KILN_DISABLE_PASSES";
+
+/// The names of every pass, as `KILN_DISABLE_PASSES` and [`OptOptions::disabled`] accept them.
+pub fn pass_names() -> &'static [&'static str] {
+    &["fold", "simplify", "bn_fold", "decompose", "cse", "dce"]
+}
+
+/// What [`optimize`] does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OptOptions {
+    /// Names of passes to skip (each one of [`pass_names`]).
+    pub disabled: Vec<String>,
+    /// Whether composite ops are decomposed into primitives (the compiler wants it; a graph
+    /// for the interpreter may keep the composites).
+    pub decompose: bool,
+}
+
+impl Default for OptOptions {
+    /// Every pass, decomposition included.
+    fn default() -> Self {
+        OptOptions {
+            disabled: Vec::new(),
+            decompose: true,
+        }
+    }
+}
+
+impl OptOptions {
+    /// The defaults, with the passes named in `KILN_DISABLE_PASSES` disabled.
+    pub fn from_env() -> Result<OptOptions> {
+        let disabled = match std::env::var(DISABLE_ENV) {
+            Ok(v) => parse_disabled(&v)?,
+            Err(_) => Vec::new(),
+        };
+        Ok(OptOptions {
+            disabled,
+            ..OptOptions::default()
+        })
+    }
+}
+
+/// Parses a comma list of pass names (spaces and empty items ignored); an unknown name is an
+/// error listing the known ones.
+pub fn parse_disabled(list: &str) -> Result<Vec<String>> {
+    let names: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    check_names(&names)?;
+    Ok(names)
+}
+
+fn check_names(names: &[String]) -> Result<()> {
+    match names.iter().find(|n| !pass_names().contains(&n.as_str())) {
+        Some(bad) => Err(Error::Value(format!(
+            "{DISABLE_ENV}: unknown pass '{bad}'; the passes are: {}",
+            pass_names().join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassReport {
+    /// The pass name.
+    pub name: &'static str,
+    /// Node count before the pass.
+    pub nodes_before: usize,
+    /// Node count after the pass.
+    pub nodes_after: usize,
+    /// Time the pass took, in microseconds.
+    pub micros: u64,
+}
+
+/// Runs fold → simplify → bn_fold → decompose → fold → simplify → cse → dce on a copy of
+/// `graph`, skipping disabled passes. The result computes the same outputs from the same
+/// inputs (in order) and passes [`kiln_ir::verify`]. Each pass logs one line at target
+/// `kiln::graph` (info) and the graph after it (debug).
+pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassReport>)> {
+    check_names(&opts.disabled)?;
+    kiln_ir::verify(graph).map_err(|e| e.context("optimize: the input graph"))?;
+    let pipeline: [&dyn Pass; 8] = [
+        &Fold, &Simplify, &BnFold, &Decompose, &Fold, &Simplify, &Cse, &Dce,
+    ];
+    let mut g = graph.clone();
+    let mut reports = Vec::new();
+    for pass in pipeline {
+        let name = pass.name();
+        if opts.disabled.iter().any(|d| d == name) || (name == "decompose" && !opts.decompose) {
+            continue;
+        }
+        let start = Instant::now();
+        let next = pass
+            .run(&g)
+            .map_err(|e| e.context(&format!("pass {name}")))?;
+        let micros = start.elapsed().as_micros() as u64;
+        kiln_ir::verify(&next).map_err(|e| e.context(&format!("the graph after pass {name}")))?;
+        let r = PassReport {
+            name,
+            nodes_before: g.nodes.len(),
+            nodes_after: next.nodes.len(),
+            micros,
+        };
+        tracing::info!(target: "kiln::graph", "pass {name}: {} -> {} nodes in {} us", r.nodes_before, r.nodes_after, micros);
+        tracing::debug!(target: "kiln::graph", "graph after {name}:\n{next}");
+        reports.push(r);
+        g = next;
+    }
+    Ok((g, reports))
+}

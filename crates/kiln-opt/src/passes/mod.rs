@@ -1,0 +1,26 @@
+//! The graph passes, one file each. Every pass rebuilds the graph through
+//! [`crate::rewrite::Rewrite`] and keeps the values of the graph's outputs.
+
+mod bn_fold;
+mod cse;
+mod dce;
+mod decompose;
+mod fold;
+mod simplify;
+
+pub use bn_fold::BnFold;
+pub use cse::Cse;
+pub use dce::Dce;
+pub use decompose::Decompose;
+pub use fold::Fold;
+pub use simplify::Simplify;
+
+use kiln_ir::{Graph, Result};
+
+/// A graph-to-graph transformation that keeps the outputs' values.
+pub trait Pass {
+    /// The name used in logs, reports and `KILN_DISABLE_PASSES`.
+    fn name(&self) -> &'static str;
+    /// The transformed copy of `graph`.
+    fn run(&self, graph: &Graph) -> Result<Graph>;
+}

@@ -1,0 +1,200 @@
+//! `compile`: runs the pipeline stages in order, timing each, and falls back to eager
+//! execution (with one warning) when no C compiler is available.
+
+use super::report::{CompileReport, StageTimes};
+use super::{Mode, specialize};
+use kiln_cpu::compiled::{Executable, LaunchKernel};
+use kiln_cpu::native::NativeKernels;
+use kiln_cpu::toolchain::Toolchain;
+use kiln_ir::{Graph, HostTensor, Op, Result};
+use kiln_opt::OptOptions;
+use kiln_sched::{CacheKey, CacheOutcome, DiskCache, Program, ScheduleOptions};
+use std::sync::{Arc, Once, OnceLock};
+use std::time::Instant;
+
+/// What to compile for.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    pub mode: Mode,
+    /// Passes to skip and whether to decompose composites.
+    pub opt: OptOptions,
+    /// `None`: `$KILN_CACHE_DIR`, else the user's cache dir.
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+/// A graph ready to run: compiled kernels, or the reference interpreter.
+pub struct Compiled {
+    runner: Runner,
+    report: CompileReport,
+}
+
+enum Runner {
+    Eager(Graph),
+    Program(Executable),
+}
+
+impl Compiled {
+    /// Runs on `inputs` (in the graph's input order).
+    pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        match &self.runner {
+            Runner::Eager(g) => kiln_cpu::run(g, inputs),
+            Runner::Program(exe) => exe.run(inputs),
+        }
+    }
+
+    /// What the compile did.
+    pub fn report(&self) -> &CompileReport {
+        &self.report
+    }
+
+    /// Launches per run.
+    pub fn kernels(&self) -> usize {
+        self.report.kernels
+    }
+}
+
+/// The system C compiler, found once per process (`cc --version`: its identity is part of
+/// every cache key). Whether it can build OpenMP libraries is [`c_toolchain_works`].
+pub fn c_toolchain() -> std::result::Result<&'static Toolchain, &'static str> {
+    static TOOLCHAIN: OnceLock<std::result::Result<Toolchain, String>> = OnceLock::new();
+    TOOLCHAIN.get_or_init(|| Toolchain::find().map_err(|e| e.to_string())).as_ref().map_err(|e| e.as_str())
+}
+
+/// Whether the C compiler builds OpenMP shared libraries (a probe build, once per process;
+/// only paid when a library must be built, so a warm start from the cache skips it).
+pub fn c_toolchain_works() -> std::result::Result<&'static Toolchain, &'static str> {
+    static PROBED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let tc = c_toolchain()?;
+    PROBED.get_or_init(|| tc.probe().map_err(|e| e.to_string())).as_ref().map_err(|e| e.as_str())?;
+    Ok(tc)
+}
+
+/// The graph run by the reference interpreter because no C compiler works here, with one
+/// warning per process saying what to install.
+fn eager_fallback(graph: &Graph, mode: Mode, eager_kernels: usize, why: &str) -> Compiled {
+    static WARN: Once = Once::new();
+    WARN.call_once(|| tracing::warn!("{why}; running eagerly through the reference interpreter"));
+    Compiled { runner: Runner::Eager(graph.clone()), report: CompileReport::eager(mode, eager_kernels, Some(why.to_string())) }
+}
+
+/// Compute nodes of a graph: what eager mode launches per run.
+fn compute_nodes(g: &Graph) -> usize {
+    g.nodes.iter().filter(|n| !matches!(n.op, Op::Input { .. } | Op::Constant(_))).count()
+}
+
+/// Compiles `graph` for inputs of the given shapes (symbolic dims are bound to them).
+pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -> Result<Compiled> {
+    let eager_kernels = compute_nodes(graph);
+    if opts.mode == Mode::Eager {
+        return Ok(Compiled { runner: Runner::Eager(graph.clone()), report: CompileReport::eager(opts.mode, eager_kernels, None) });
+    }
+    if opts.mode == Mode::ReduceOverhead {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| tracing::info!("mode reduce-overhead on the CPU behaves as default (CUDA graphs are a GPU feature)"));
+    }
+    if opts.mode == Mode::MaxAutotune {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            tracing::warn!(target: "kiln::autotune", "max-autotune does not search candidates yet; compiling as default")
+        });
+    }
+    let toolchain = match c_toolchain() {
+        Ok(t) => t,
+        Err(why) => return Ok(eager_fallback(graph, opts.mode, eager_kernels, why)),
+    };
+    let (program, mut report) = plan(graph, input_shapes, opts)?;
+    let mut times = std::mem::take(&mut report.times);
+
+    let t = Instant::now();
+    let source = kiln_cpu::codegen::render_c(&program)?;
+    times.render = t.elapsed();
+    tracing::info!(target: "kiln::output_code", "generated C ({} kernels):\n{source}", program.kernels().count());
+
+    let t = Instant::now();
+    let key = CacheKey::new("cpu-lib")
+        .part("source", &source)
+        .part("kiln", env!("CARGO_PKG_VERSION"))
+        .part("cc", &toolchain.id())
+        .part("cpu", &kiln_cpu::toolchain::cpu_features());
+    let cache = match opts.cache_dir.as_ref().map(DiskCache::open).unwrap_or_else(DiskCache::open_default) {
+        Ok(cache) => cache,
+        Err(e) => {
+            tracing::warn!(target: "kiln::cache", "disk cache unusable ({e}); building in a temporary directory");
+            DiskCache::temp()?
+        }
+    };
+    let built = cache.get_or_build(&key, "kernels.so", |path: &std::path::Path| {
+        // The probe runs only when something must be built; its error says what to install.
+        c_toolchain_works().map_err(|why| kiln_ir::Error::Unsupported(why.to_string()))?;
+        toolchain.compile_shared(&source, path)
+    });
+    let (lib_path, outcome) = match built {
+        Ok(r) => r,
+        Err(e) => match c_toolchain_works() {
+            // The compiler cannot build anything here: run eagerly, as without a compiler.
+            Err(why) => return Ok(eager_fallback(graph, opts.mode, report.eager_kernels, why)),
+            Ok(_) => return Err(e),
+        },
+    };
+    times.build = t.elapsed();
+
+    let t = Instant::now();
+    let launcher: Arc<dyn LaunchKernel> = Arc::new(NativeKernels::load(&lib_path, &program)?);
+    let exe = Executable::new(program, launcher)?;
+    times.load = t.elapsed();
+
+    report.cache = Some(match outcome {
+        CacheOutcome::Hit => "hit".to_string(),
+        CacheOutcome::Miss => "miss".to_string(),
+        CacheOutcome::Rebuilt { reason } => format!("rebuilt ({reason})"),
+    });
+    report.source = Some(source);
+    report.times = times;
+    tracing::info!(target: "kiln::graph", "compiled in {:.1} ms", report.times.total().as_secs_f64() * 1e3);
+    Ok(Compiled { runner: Runner::Program(exe), report })
+}
+
+/// The front half of [`compile`]: binds dims, runs the passes, schedules and plans memory.
+/// The [`Program`] it returns can run on any kernel launcher (the generated C, or the kernel-IR
+/// interpreter in tests); the report has everything but the code-generation stages.
+pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -> Result<(Program, CompileReport)> {
+    let eager_kernels = compute_nodes(graph);
+    let mut times = StageTimes::default();
+
+    let t = Instant::now();
+    let syms = specialize::bind_dims(graph, input_shapes)?;
+    let fixed = specialize::specialize(graph, &syms)?;
+    times.specialize = t.elapsed();
+
+    let t = Instant::now();
+    let (optimized, passes) = kiln_opt::optimize(&fixed, &opts.opt)?;
+    times.passes = t.elapsed();
+
+    let t = Instant::now();
+    let (mut program, fusion) = kiln_sched::schedule(&optimized, &ScheduleOptions { fuse: true, externs: true })?;
+    times.schedule = t.elapsed();
+    tracing::info!(target: "kiln::fusion", "{} launches per run (eager {eager_kernels})\n{fusion}", program.launches());
+
+    let t = Instant::now();
+    let plan = kiln_sched::plan_memory(&program);
+    let naive_bytes = kiln_sched::naive_bytes(&program);
+    let arena_bytes = plan.arena_bytes;
+    program.memory = Some(plan);
+    times.memory = t.elapsed();
+
+    let report = CompileReport {
+        mode: opts.mode,
+        eager_kernels,
+        optimized: Some(optimized),
+        passes,
+        fusion: Some(fusion.to_string()),
+        kernels: program.launches(),
+        arena_bytes,
+        naive_bytes,
+        times,
+        cache: None,
+        fallback: None,
+        source: None,
+    };
+    Ok((program, report))
+}
