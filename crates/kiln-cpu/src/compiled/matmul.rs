@@ -150,18 +150,12 @@ pub(crate) unsafe fn sgemm(
         }
         return;
     }
-    let threads = rayon::current_num_threads();
-    let par = if threads > 1 && m * n * k >= PAR_WORK {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
-    // gemm computes dst = alpha * dst + beta * lhs @ rhs; alpha is unused without read_dst.
+    // The reference kernels' GEMM driver: one single-threaded gemm per thread on a block of
+    // the larger output dim (gemm's own threading stalls on conv-shaped products).
     // SAFETY: forwarded from the caller.
     unsafe {
-        gemm::gemm(
-            m, n, k, dst, 1, dst_rs, false, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, 1.0f32,
-            1.0f32, false, false, false, par,
+        crate::kernels::matmul::raw_gemm(
+            m, n, k, dst, dst_rs, 1, false, lhs, lhs_rs, lhs_cs, rhs, rhs_rs, rhs_cs, m * n * k >= PAR_WORK,
         )
     }
 }

@@ -4,7 +4,7 @@ use super::launch::LaunchKernel;
 use super::views::{read_view, write_dense};
 use super::{conv, matmul};
 use kiln_ir::{DType, Error, HostTensor, Op, Result};
-use kiln_sched::{BufId, BufView, Epilogue, ExternOp, Program, StepKind};
+use kiln_sched::{BufId, BufKind, BufView, Epilogue, ExternOp, Program, StepKind};
 
 /// Runs one step; `ptrs[i]` is the memory of buffer `i` (checked by `Executable::new`).
 pub(crate) fn run_step(
@@ -122,9 +122,21 @@ fn eval_step(
     out_shape: &[usize],
     ptrs: &[*mut u8],
 ) -> Result<()> {
+    // A view of a constant (an embedding table, say) shares the constant's storage rather than
+    // being copied on every run.
     let args: Vec<HostTensor> = inputs
         .iter()
-        .map(|v| read_view(p, ptrs, v))
+        .map(|v| match p.buffer(v.buf).kind {
+            BufKind::Const(c) => match p.consts.get(c.0 as usize) {
+                Some(t) => Ok(t.with_layout(kiln_ir::Layout {
+                    shape: v.shape.clone(),
+                    strides: v.strides.iter().map(|&s| s as isize).collect(),
+                    offset: v.offset,
+                })),
+                None => read_view(p, ptrs, v),
+            },
+            _ => read_view(p, ptrs, v),
+        })
         .collect::<Result<_>>()?;
     let refs: Vec<&HostTensor> = args.iter().collect();
     let r = crate::eval(op, &refs)?;

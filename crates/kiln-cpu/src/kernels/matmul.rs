@@ -208,7 +208,7 @@ fn float_matmul<T: Element>(a: &HostTensor, b: &HostTensor, shape: &[usize]) -> 
 /// Every element the strides reach from the three pointers must be inside live allocations,
 /// and `dst` must not overlap `lhs` or `rhs`. `T` must be f32 or f64.
 #[allow(clippy::too_many_arguments)]
-unsafe fn raw_gemm<T: Element>(
+pub(crate) unsafe fn raw_gemm<T: Element>(
     m: usize,
     n: usize,
     k: usize,

@@ -9,7 +9,8 @@ use kiln_ir::{Graph, HostTensor, Op, Result, TensorType};
 const SMALL: usize = 64;
 
 /// Evaluates nodes of constant inputs into constants, unless the result is much bigger than
-/// its inputs (an Expand of a scalar stays: it is a free view at run time, a big constant is not).
+/// its inputs (an Expand of a scalar stays: it is a free view at run time, a big constant is not)
+/// or is a view of more than a few elements (also free at run time).
 pub struct Fold;
 
 impl Pass for Fold {
@@ -33,8 +34,10 @@ impl Pass for Fold {
             let biggest = vals.iter().map(|v| v.numel()).max().unwrap_or(0);
             if let Some(n) = node.ty.shape.numel()
                 && n > SMALL
-                && n > biggest
+                && (n > biggest || node.op.is_view())
             {
+                // Views (a transposed weight, say) are free index expressions at run time;
+                // folding them would copy every weight at each compile.
                 return Ok(Step::Copy);
             }
             let refs: Vec<&HostTensor> = vals.iter().map(|v| v.as_ref()).collect();
