@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::time::Instant;
 
-use kiln_ir::{HostTensor, Op};
+use kiln_ir::HostTensor;
 use kiln_onnx::{Imported, OnnxModel};
 
 use crate::args::{FloatDType, ModelArgs};
@@ -85,13 +85,7 @@ pub struct Ready {
 impl Ready {
     /// Kernels per forward pass: the interpreter runs one per op node.
     pub fn kernels(&self) -> u64 {
-        let ops = self
-            .imported
-            .graph
-            .nodes
-            .iter()
-            .filter(|n| !matches!(n.op, Op::Input { .. } | Op::Constant(_)));
-        ops.count() as u64
+        self.imported.graph.compute_nodes() as u64
     }
 }
 

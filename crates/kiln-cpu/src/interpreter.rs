@@ -2,7 +2,7 @@
 //! reference every compiled backend is checked against.
 
 use crate::eval::eval;
-use kiln_ir::{Dim, Error, Graph, HostTensor, Op, Result, Shape};
+use kiln_ir::{Error, Graph, HostTensor, Op, Result, Shape};
 use std::collections::HashMap;
 
 /// Binds `inputs` (in `graph.inputs` order) and evaluates the graph, returning its outputs.
@@ -16,15 +16,20 @@ pub fn run(graph: &Graph, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
             inputs.len()
         )));
     }
-    let mut syms: HashMap<String, usize> = HashMap::new();
-    let mut values: Vec<Option<HostTensor>> = vec![None; graph.nodes.len()];
     for (&id, t) in graph.inputs.iter().zip(inputs) {
         let node = graph.node(id);
-        let name = match &node.op {
-            Op::Input { name } => name.as_str(),
-            _ => "?",
-        };
-        check_input(name, &node.ty.shape, node.ty.dtype, t, &mut syms)?;
+        if t.dtype() != node.ty.dtype {
+            let name = match &node.op {
+                Op::Input { name } => name.as_str(),
+                _ => "?",
+            };
+            return Err(Error::DType(format!("input '{name}' must be {}, got {}", node.ty.dtype, t.dtype())));
+        }
+    }
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+    let syms = graph.bind_input_dims(&shapes)?;
+    let mut values: Vec<Option<HostTensor>> = vec![None; graph.nodes.len()];
+    for (&id, t) in graph.inputs.iter().zip(inputs) {
         values[id.index()] = Some(t.clone());
     }
 
@@ -77,50 +82,9 @@ pub fn run(graph: &Graph, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         .collect()
 }
 
-fn check_input(
-    name: &str,
-    shape: &Shape,
-    dtype: kiln_ir::DType,
-    t: &HostTensor,
-    syms: &mut HashMap<String, usize>,
-) -> Result<()> {
-    if t.dtype() != dtype {
-        return Err(Error::DType(format!("input '{name}' must be {dtype}, got {}", t.dtype())));
-    }
-    let bad = || Error::Shape(format!("input '{name}' must have shape {shape}, got {:?}", t.shape()));
-    if shape.rank() != t.shape().len() {
-        return Err(bad());
-    }
-    for (d, &n) in shape.0.iter().zip(t.shape()) {
-        match d {
-            Dim::Fixed(m) if *m != n => return Err(bad()),
-            Dim::Fixed(_) => {}
-            Dim::Sym(s) => {
-                let bound = *syms.entry(s.to_string()).or_insert(n);
-                if bound != n {
-                    return Err(Error::Shape(format!(
-                        "input '{name}': dim {s} is {n} here but {bound} in an earlier input"
-                    )));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Replaces symbolic dims in shape attributes (reshape/expand targets) by their bound sizes.
 fn bind_op(op: &Op, syms: &HashMap<String, usize>) -> Result<Op> {
-    let bind = |s: &Shape| -> Result<Shape> {
-        s.0.iter()
-            .map(|d| match d {
-                Dim::Fixed(n) => Ok(Dim::Fixed(*n)),
-                Dim::Sym(name) => syms.get(&**name).map(|&n| Dim::Fixed(n)).ok_or_else(|| {
-                    Error::Shape(format!("{}: symbolic dim {name} is not bound by any input", op.name()))
-                }),
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Shape)
-    };
+    let bind = |s: &Shape| s.bind(syms, &op.name());
     Ok(match op {
         Op::Reshape(s) if !s.is_fixed() => Op::Reshape(bind(s)?),
         Op::Expand(s) if !s.is_fixed() => Op::Expand(bind(s)?),

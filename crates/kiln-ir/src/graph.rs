@@ -1,7 +1,7 @@
 //! The graph: a typed SSA DAG of [`Node`]s in topological order, with constants held once.
 
 use crate::data::HostTensor;
-use crate::{ConstId, DType, Error, Op, Result, Shape};
+use crate::{ConstId, DType, Dim, Error, Op, Result, Shape};
 use std::fmt;
 use std::sync::Arc;
 
@@ -132,6 +132,48 @@ impl Graph {
     fn push(&mut self, node: Node) -> NodeId {
         self.nodes.push(node);
         NodeId(self.nodes.len() as u32 - 1)
+    }
+
+    /// Nodes that compute (neither inputs nor constants): what eager execution launches per run.
+    pub fn compute_nodes(&self) -> usize {
+        self.nodes.iter().filter(|n| !matches!(n.op, Op::Input { .. } | Op::Constant(_))).count()
+    }
+
+    /// The size of each symbolic dim, read from concrete input shapes (in [`Graph::inputs`]
+    /// order): ranks and fixed dims must match, and a symbol seen twice must agree. Errors name
+    /// the input and both shapes.
+    pub fn bind_input_dims(&self, shapes: &[&[usize]]) -> Result<std::collections::HashMap<String, usize>> {
+        if shapes.len() != self.inputs.len() {
+            return Err(Error::Value(format!("the graph takes {} inputs, {} were given", self.inputs.len(), shapes.len())));
+        }
+        let mut syms = std::collections::HashMap::new();
+        for (&id, &dims) in self.inputs.iter().zip(shapes) {
+            let node = self.node(id);
+            let name = match &node.op {
+                Op::Input { name } => name.as_str(),
+                _ => "?",
+            };
+            let want = &node.ty.shape;
+            let bad = || Error::Shape(format!("input '{name}' must have shape {want}, got {dims:?}"));
+            if want.rank() != dims.len() {
+                return Err(bad());
+            }
+            for (d, &n) in want.0.iter().zip(dims) {
+                match d {
+                    Dim::Fixed(m) if *m != n => return Err(bad()),
+                    Dim::Fixed(_) => {}
+                    Dim::Sym(s) => {
+                        let bound = *syms.entry(s.to_string()).or_insert(n);
+                        if bound != n {
+                            return Err(Error::Shape(format!(
+                                "input '{name}': dim {s} is {n} here but {bound} in an earlier input"
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(syms)
     }
 
     /// Number of elements of all constants (the parameter count of a traced model).

@@ -57,6 +57,21 @@ impl Shape {
         Shape(Vec::new())
     }
 
+    /// This shape with every symbolic dim replaced by its size in `syms`; `what` names the
+    /// op or value in the error for a symbol `syms` does not bind.
+    pub fn bind(&self, syms: &std::collections::HashMap<String, usize>, what: &str) -> Result<Shape> {
+        self.0
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => Ok(Dim::Fixed(*n)),
+                Dim::Sym(name) => syms.get(&**name).map(|&n| Dim::Fixed(n)).ok_or_else(|| {
+                    Error::Shape(format!("{what}: symbolic dim {name} is not bound by any input"))
+                }),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Shape)
+    }
+
     /// Number of axes.
     pub fn rank(&self) -> usize {
         self.0.len()

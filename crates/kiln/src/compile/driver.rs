@@ -6,7 +6,7 @@ use super::{Mode, specialize};
 use kiln_cpu::compiled::{Executable, LaunchKernel};
 use kiln_cpu::native::NativeKernels;
 use kiln_cpu::toolchain::Toolchain;
-use kiln_ir::{Graph, HostTensor, Op, Result};
+use kiln_ir::{Graph, HostTensor, Result};
 use kiln_opt::OptOptions;
 use kiln_sched::{CacheKey, CacheOutcome, DiskCache, Program, ScheduleOptions};
 use std::sync::{Arc, Once, OnceLock};
@@ -77,14 +77,9 @@ fn eager_fallback(graph: &Graph, mode: Mode, eager_kernels: usize, why: &str) ->
     Compiled { runner: Runner::Eager(graph.clone()), report: CompileReport::eager(mode, eager_kernels, Some(why.to_string())) }
 }
 
-/// Compute nodes of a graph: what eager mode launches per run.
-fn compute_nodes(g: &Graph) -> usize {
-    g.nodes.iter().filter(|n| !matches!(n.op, Op::Input { .. } | Op::Constant(_))).count()
-}
-
 /// Compiles `graph` for inputs of the given shapes (symbolic dims are bound to them).
 pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -> Result<Compiled> {
-    let eager_kernels = compute_nodes(graph);
+    let eager_kernels = graph.compute_nodes();
     if opts.mode == Mode::Eager {
         return Ok(Compiled { runner: Runner::Eager(graph.clone()), report: CompileReport::eager(opts.mode, eager_kernels, None) });
     }
@@ -158,7 +153,7 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
 /// The [`Program`] it returns can run on any kernel launcher (the generated C, or the kernel-IR
 /// interpreter in tests); the report has everything but the code-generation stages.
 pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -> Result<(Program, CompileReport)> {
-    let eager_kernels = compute_nodes(graph);
+    let eager_kernels = graph.compute_nodes();
     let mut times = StageTimes::default();
 
     let t = Instant::now();

@@ -2,47 +2,13 @@
 //! scheduler sees fixed shapes. The compiled result is then valid for exactly those sizes
 //! (the cache key and, later, guards carry them).
 
-use kiln_ir::{Dim, Error, Graph, Node, NodeId, Op, Result, Shape, TensorType};
+use kiln_ir::{Graph, Node, NodeId, Op, Result, Shape, TensorType};
 use std::collections::HashMap;
 
-/// The size of each symbolic dim, read from the input shapes (in `graph.inputs` order). A
-/// dim seen twice must agree; ranks and fixed dims must match.
+/// The size of each symbolic dim, read from the input shapes (in `graph.inputs` order).
 pub fn bind_dims(graph: &Graph, shapes: &[Vec<usize>]) -> Result<HashMap<String, usize>> {
-    if shapes.len() != graph.inputs.len() {
-        return Err(Error::Value(format!(
-            "the graph takes {} inputs, {} shapes were given",
-            graph.inputs.len(),
-            shapes.len()
-        )));
-    }
-    let mut syms = HashMap::new();
-    for (&id, dims) in graph.inputs.iter().zip(shapes) {
-        let node = graph.node(id);
-        let name = match &node.op {
-            Op::Input { name } => name.as_str(),
-            _ => "?",
-        };
-        let want = &node.ty.shape;
-        let bad = || Error::Shape(format!("input '{name}' must have shape {want}, got {dims:?}"));
-        if want.rank() != dims.len() {
-            return Err(bad());
-        }
-        for (d, &n) in want.0.iter().zip(dims) {
-            match d {
-                Dim::Fixed(m) if *m != n => return Err(bad()),
-                Dim::Fixed(_) => {}
-                Dim::Sym(s) => {
-                    let bound = *syms.entry(s.to_string()).or_insert(n);
-                    if bound != n {
-                        return Err(Error::Shape(format!(
-                            "input '{name}': dim {s} is {n} here but {bound} in an earlier input"
-                        )));
-                    }
-                }
-            }
-        }
-    }
-    Ok(syms)
+    let shapes: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    graph.bind_input_dims(&shapes)
 }
 
 /// A copy of `graph` with every symbolic dim replaced by its size in `syms` (in input types,
@@ -52,17 +18,7 @@ pub fn specialize(graph: &Graph, syms: &HashMap<String, usize>) -> Result<Graph>
     if !has_sym {
         return Ok(graph.clone());
     }
-    let fix = |s: &Shape| -> Result<Shape> {
-        s.0.iter()
-            .map(|d| match d {
-                Dim::Fixed(n) => Ok(Dim::Fixed(*n)),
-                Dim::Sym(name) => syms.get(&**name).map(|&n| Dim::Fixed(n)).ok_or_else(|| {
-                    Error::Shape(format!("symbolic dim {name} is not bound by any input"))
-                }),
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Shape)
-    };
+    let fix = |s: &Shape| s.bind(syms, "specialize");
     let mut g = Graph::new();
     g.consts = graph.consts.clone();
     let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
@@ -95,7 +51,7 @@ pub fn specialize(graph: &Graph, syms: &HashMap<String, usize>) -> Result<Graph>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_ir::{DType, HostTensor, UnaryOp};
+    use kiln_ir::{DType, Dim, HostTensor, UnaryOp};
 
     #[test]
     fn symbolic_batch_is_bound_everywhere() -> Result<()> {
