@@ -206,6 +206,7 @@ fn unary_float_case(dt: DType) -> Case {
         U::Sigmoid,
         U::Relu,
         U::Erf,
+        U::Erfc,
         U::Floor,
         U::Ceil,
         U::Round,
@@ -216,7 +217,7 @@ fn unary_float_case(dt: DType) -> Case {
         let want = eval(Op::Unary(op), &[&x]);
         let e = b.k.push(Expr::Unary { op, x: xv }, want.dtype());
         b.store(e);
-        let tol = if op == U::Erf {
+        let tol = if matches!(op, U::Erf | U::Erfc) {
             Tol::Ulp(1.0)
         } else {
             Tol::Exact

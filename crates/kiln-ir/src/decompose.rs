@@ -200,27 +200,30 @@ impl Builder {
         self.bin(BinaryOp::Add, y, bias)
     }
 
-    /// Exact `0.5 x (1 + erf(x / sqrt 2))`, or `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+    /// Exact GELU as `x/2 * erfc(-x/√2)`, or the tanh form as `x / (1 + exp(-2u))` with
+    /// `u = √(2/π) (x + 0.044715 x³)`. Both equal the textbook `0.5 x (1 + erf|tanh)` but keep
+    /// their relative accuracy in the negative tail, where `1 + erf` and `1 + tanh` cancel.
     fn gelu(&mut self, x: NodeId, tanh_approx: bool) -> Result<NodeId> {
-        let inner = if tanh_approx {
+        if tanh_approx {
             let x2 = self.bin(BinaryOp::Mul, x, x)?;
             let x3 = self.bin(BinaryOp::Mul, x2, x)?;
             let c = self.scalar_like(x, 0.044715)?;
             let cx3 = self.bin(BinaryOp::Mul, x3, c)?;
             let s = self.bin(BinaryOp::Add, x, cx3)?;
-            let k = self.scalar_like(x, (2.0 / std::f64::consts::PI).sqrt())?;
-            let ks = self.bin(BinaryOp::Mul, s, k)?;
-            self.un(UnaryOp::Tanh, ks)?
+            let k = self.scalar_like(x, -2.0 * (2.0 / std::f64::consts::PI).sqrt())?;
+            let e = self.bin(BinaryOp::Mul, s, k)?;
+            let e = self.un(UnaryOp::Exp, e)?;
+            let one = self.scalar_like(x, 1.0)?;
+            let d = self.bin(BinaryOp::Add, e, one)?;
+            self.bin(BinaryOp::Div, x, d)
         } else {
-            let k = self.scalar_like(x, std::f64::consts::FRAC_1_SQRT_2)?;
-            let xs = self.bin(BinaryOp::Mul, x, k)?;
-            self.un(UnaryOp::Erf, xs)?
-        };
-        let one = self.scalar_like(x, 1.0)?;
-        let half = self.scalar_like(x, 0.5)?;
-        let p = self.bin(BinaryOp::Add, inner, one)?;
-        let hx = self.bin(BinaryOp::Mul, x, half)?;
-        self.bin(BinaryOp::Mul, hx, p)
+            let k = self.scalar_like(x, -std::f64::consts::FRAC_1_SQRT_2)?;
+            let z = self.bin(BinaryOp::Mul, x, k)?;
+            let c = self.un(UnaryOp::Erfc, z)?;
+            let half = self.scalar_like(x, 0.5)?;
+            let hx = self.bin(BinaryOp::Mul, x, half)?;
+            self.bin(BinaryOp::Mul, hx, c)
+        }
     }
 
     /// `softmax(q kᵀ * scale + mask [+ causal mask]) v`. The causal mask is a bool constant

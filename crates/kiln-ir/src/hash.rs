@@ -470,6 +470,7 @@ fn unary_tag(u: UnaryOp) -> u8 {
         Not => 26,
         IsNan => 27,
         IsInf => 28,
+        Erfc => 29,
     }
 }
 

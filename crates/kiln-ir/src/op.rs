@@ -261,6 +261,8 @@ pub enum UnaryOp {
     /// `max(x, 0)` (NaN stays NaN).
     Relu,
     Erf,
+    /// `1 - erf(x)`, computed without the cancellation of `1 - erf` where erf is near 1.
+    Erfc,
     Floor,
     Ceil,
     /// Round half to even (as ONNX Round and `torch.round`).

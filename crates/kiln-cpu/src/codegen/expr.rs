@@ -409,6 +409,7 @@ fn unary(op: UnaryOp, x: &str, dt: DType) -> Option<String> {
         }
         U::Relu => m("kc_relu"),
         U::Erf => m("kc_erf"),
+        U::Erfc => m("kc_erfc"),
         U::Floor => m("floor"),
         U::Ceil => m("ceil"),
         // rint under the default rounding mode: round half to even.

@@ -113,6 +113,8 @@ static inline double kc_atanh(double x) { return 0.5 * log1p((2.0 * x) / (1.0 - 
 /* f32 erf through the f64 one, as the interpreter does. */
 static inline float kc_erff(float x) { return (float)erf((double)x); }
 static inline double kc_erf(double x) { return erf(x); }
+static inline float kc_erfcf(float x) { return (float)erfc((double)x); }
+static inline double kc_erfc(double x) { return erfc(x); }
 
 /* ---- float -> integer: truncate, saturate, NaN -> 0 ---- */
 #define KC_FTOI(sfx, T, LO, HI) \

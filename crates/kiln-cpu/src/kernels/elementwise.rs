@@ -147,6 +147,7 @@ fn float_unary<T: FloatElem>(op: UnaryOp, x: &HostTensor, name: &str) -> Result<
         // Written so that NaN fails the test and passes through.
         U::Relu => map1(x, name, lift1::<T>(move |v| if v < zero { zero } else { v })),
         U::Erf => map1(x, name, lift1::<T>(|v| v.erf())),
+        U::Erfc => map1(x, name, lift1::<T>(|v| v.erfc())),
         U::Floor => map1(x, name, lift1::<T>(|v| v.floor())),
         U::Ceil => map1(x, name, lift1::<T>(|v| v.ceil())),
         U::Round => map1(x, name, lift1::<T>(|v| v.round_ties_even())),
@@ -635,6 +636,7 @@ mod num {
         fn ceil(self) -> Self;
         fn round_ties_even(self) -> Self;
         fn erf(self) -> Self;
+        fn erfc(self) -> Self;
         fn powf(self, e: Self) -> Self;
         fn is_nan(self) -> bool;
         fn is_infinite(self) -> bool;
@@ -648,6 +650,7 @@ mod num {
                 $(#[inline(always)] fn $m(self) -> Self { <$t>::$m(self) })*
                 // Through f64: the f32 result is then correctly rounded in practice.
                 #[inline(always)] fn erf(self) -> Self { crate::kernels::activation::erf(self as f64) as $t }
+                #[inline(always)] fn erfc(self) -> Self { crate::kernels::activation::erfc(self as f64) as $t }
                 #[inline(always)] fn powf(self, e: Self) -> Self { <$t>::powf(self, e) }
                 #[inline(always)] fn is_nan(self) -> bool { <$t>::is_nan(self) }
                 #[inline(always)] fn is_infinite(self) -> bool { <$t>::is_infinite(self) }
