@@ -134,6 +134,24 @@ proptest! {
         let mut via_fn = Vec::new();
         l.for_each_offset(|o| via_fn.push(o));
         prop_assert_eq!(via_fn, naive_offsets(&l));
+        let src: Vec<usize> = (0..l.offset + 1 + naive_offsets(&l).into_iter().max().unwrap_or(0)).collect();
+        prop_assert_eq!(l.gather(&src), naive_offsets(&l));
+    }
+
+    #[test]
+    fn gather_copies_transposed_views_across_tiles(rows in 1usize..80, cols in 1usize..80, lead in 1usize..3,
+                                                   perm in perm_strategy(3), reverse in any::<bool>()) {
+        // Sizes around the 32-element tile, permuted (so the inner stride is rarely 1) and
+        // optionally reversed along one axis (negative stride).
+        let t = iota(&[lead, rows, cols]);
+        let mut l = t.layout.permute(&perm).unwrap();
+        if reverse {
+            let n = l.shape[1] as i64;
+            l = l.slice(1, n - 1, -1, -1).unwrap();
+        }
+        let src = t.dense_slice::<i64>().unwrap();
+        let want: Vec<i64> = naive_offsets(&l).iter().map(|&o| src[o]).collect();
+        prop_assert_eq!(l.gather(src), want);
     }
 
     #[test]
@@ -211,5 +229,19 @@ proptest! {
             Some(flat) => prop_assert_eq!(t.with_layout(flat).to_vec::<i64>().unwrap(), want),
             None => prop_assert!(!b.is_contiguous()),
         }
+    }
+}
+
+#[test]
+fn gather_of_a_big_transpose_splits_rows_over_threads_exactly() {
+    // Over the size where gather uses several threads; odd sizes so bands and tiles are ragged.
+    let t = iota(&[1037, 1013]);
+    let l = t.layout.permute(&[1, 0]).unwrap();
+    let src = t.dense_slice::<i64>().unwrap();
+    let got = l.gather(src);
+    assert_eq!(got.len(), 1037 * 1013);
+    for (k, &v) in got.iter().enumerate() {
+        let (i, j) = (k / 1037, k % 1037);
+        assert_eq!(v, (j * 1013 + i) as i64, "element [{i}, {j}]");
     }
 }

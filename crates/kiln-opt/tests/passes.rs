@@ -7,7 +7,7 @@ use common::{Rng, assert_same_outputs, count, rand_f32};
 use kiln_ir::{
     BinaryOp, DType, Graph, HostTensor, Op, ReduceOp, Shape, SliceAxis, TensorType, UnaryOp, verify,
 };
-use kiln_opt::passes::{Cse, Dce, Decompose, Fold, Simplify};
+use kiln_opt::passes::{Cse, Dce, Decompose, Fold, Layout, Simplify};
 use kiln_opt::{OptOptions, Pass, optimize, parse_disabled, pass_names};
 use std::sync::Arc;
 
@@ -373,6 +373,42 @@ fn decompose_pass_leaves_primitives() {
 }
 
 #[test]
+fn layout_stores_transposed_matmul_weights_row_major_once() {
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[3, 7]);
+    let z = f32_input(&mut g, "z", &[7, 2]);
+    // A Linear weight [out, in] = [5, 7] read as its transpose by two matmuls (tied).
+    let w = g.constant(rand_f32(&mut Rng(11), &[5, 7], -1.0, 1.0));
+    let wt = g.add(Op::Permute(vec![1, 0]), &[w]).unwrap();
+    let a = g.add(Op::MatMul, &[x, wt]).unwrap();
+    let b = g.add(Op::MatMul, &[x, wt]).unwrap();
+    // A row-major constant, a view that keeps unit inner stride, and a non-constant rhs stay.
+    let r = g.constant(rand_f32(&mut Rng(12), &[7, 4], -1.0, 1.0));
+    let c = g.add(Op::MatMul, &[x, r]).unwrap();
+    let d = g.add(Op::MatMul, &[x, z]).unwrap();
+    g.output(a);
+    g.output(b);
+    g.output(c);
+    g.output(d);
+    let out = run_pass(&Layout, &g);
+    let out = run_pass(&Dce, &out);
+    assert_eq!(count(&out, "permute"), 0, "{out}");
+    assert_eq!(out.consts.len(), 2, "one packed copy for both uses, r kept: {out}");
+    for n in out.nodes.iter().filter(|n| n.op == Op::MatMul) {
+        if let Op::Constant(c) = out.node(n.inputs[1]).op {
+            let t = &out.consts[c.0 as usize];
+            assert!(t.is_dense(), "{out}");
+        }
+    }
+    let (wc, rc) = (g.consts[0].clone(), g.consts[1].clone());
+    assert!(out.consts.iter().any(|t| Arc::ptr_eq(t, &rc)), "the row-major weight is shared, not copied");
+    assert!(!out.consts.iter().any(|t| Arc::ptr_eq(t, &wc)), "the transposed weight is replaced");
+    let inputs = [rand_f32(&mut Rng(13), &[3, 7], -2.0, 2.0), rand_f32(&mut Rng(14), &[7, 2], -2.0, 2.0)];
+    // The GEMM may sum in another order for another rhs layout: not bit-exact.
+    assert_same_outputs(&g, &out, &inputs, 1e-6);
+}
+
+#[test]
 fn optimize_runs_the_pipeline_and_reports() {
     let mut g = Graph::new();
     let x = f32_input(&mut g, "x", &[2, 5]);
@@ -395,6 +431,7 @@ fn optimize_runs_the_pipeline_and_reports() {
             "fold",
             "simplify",
             "cse",
+            "layout",
             "dce"
         ]
     );
@@ -409,7 +446,7 @@ fn optimize_runs_the_pipeline_and_reports() {
     };
     let (kept, reports) = optimize(&g, &opts).unwrap();
     let names: Vec<&str> = reports.iter().map(|r| r.name).collect();
-    assert_eq!(names, ["fold", "bn_fold", "fold", "dce"]);
+    assert_eq!(names, ["fold", "bn_fold", "fold", "layout", "dce"]);
     assert_eq!(count(&kept, "softmax"), 1);
     assert_eq!(count(&kept, "mul"), 1);
 }

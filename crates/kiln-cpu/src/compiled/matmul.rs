@@ -55,9 +55,10 @@ pub(crate) fn run(
     let batches: usize = batch.iter().product();
     epi.check_rows(batches * m)?;
     // Without an epilogue one call per matrix packs `b` once; with one, row blocks keep the
-    // finished rows in cache for it.
+    // finished rows in cache for it (up to 2 MB of them: bert's [128, 3072] is one block, as
+    // every extra block packs all of `b` again).
     let block = if epi.present() {
-        ((1usize << 16) / n.max(1)).clamp(64, 256).min(m).max(1)
+        ((1usize << 19) / n.max(1)).max(64).min(m).max(1)
     } else {
         m.max(1)
     };

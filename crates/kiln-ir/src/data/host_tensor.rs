@@ -104,9 +104,7 @@ impl HostTensor {
         }
         let storage = crate::with_dtype!(self.dtype(), T, {
             let s = T::slice(&self.storage).unwrap_or(&[]);
-            let mut out: Vec<T> = Vec::with_capacity(self.numel());
-            self.layout.for_each_offset(|o| out.push(s[o]));
-            T::into_storage(out)
+            T::into_storage(self.layout.gather(s))
         });
         HostTensor { storage: Arc::new(storage), layout: Layout::contiguous(&self.layout.shape) }
     }

@@ -108,6 +108,68 @@ impl Layout {
         }
     }
 
+    /// The elements this layout reaches in `src`, in row-major logical order: the dense copy
+    /// of a view. Rows with a unit inner stride are copied whole; otherwise the last two axes
+    /// are copied in square tiles, so a transposed matrix is read a cache line at a time
+    /// instead of one element per line.
+    pub fn gather<T: Copy + Send + Sync>(&self, src: &[T]) -> Vec<T> {
+        let n = self.numel();
+        let rank = self.rank();
+        if n == 0 {
+            return Vec::new();
+        }
+        if rank < 2 || self.strides[rank - 1] == 1 {
+            let mut out = Vec::with_capacity(n);
+            if rank == 0 {
+                out.push(src[self.offset]);
+                return out;
+            }
+            let (inner, stride) = (self.shape[rank - 1], self.strides[rank - 1]);
+            self.outer(1).for_each_offset(|start| {
+                if stride == 1 {
+                    out.extend_from_slice(&src[start..start + inner]);
+                } else {
+                    out.extend((0..inner).map(|i| src[(start as isize + i as isize * stride) as usize]));
+                }
+            });
+            return out;
+        }
+        let (rows, cols) = (self.shape[rank - 2], self.shape[rank - 1]);
+        let (sr, sc) = (self.strides[rank - 2], self.strides[rank - 1]);
+        let mut out = vec![src[self.offset]; n];
+        let mut planes = out.chunks_exact_mut(rows * cols);
+        // Big copies (prepacked weights) use every core: bands of rows are independent.
+        let threads = if n >= 1 << 20 {
+            std::thread::available_parallelism().map_or(1, |t| t.get()).min(8)
+        } else {
+            1
+        };
+        self.outer(2).for_each_offset(|base| {
+            let Some(plane) = planes.next() else { return };
+            let band = rows.div_ceil(threads).max(1);
+            let copy = |(b, dst): (usize, &mut [T])| {
+                tile_copy(src, base as isize + (b * band) as isize * sr, sr, sc, cols, dst)
+            };
+            if threads == 1 {
+                copy((0, plane));
+            } else {
+                std::thread::scope(|s| {
+                    for job in plane.chunks_mut(band * cols).enumerate() {
+                        s.spawn(move || copy(job));
+                    }
+                });
+            }
+        });
+        out
+    }
+
+    /// The layout of the first `rank - inner` axes (same offset): one storage index per
+    /// block of the `inner` innermost axes.
+    fn outer(&self, inner: usize) -> Layout {
+        let r = self.rank() - inner;
+        Layout { shape: self.shape[..r].to_vec(), strides: self.strides[..r].to_vec(), offset: self.offset }
+    }
+
     /// The storage indices of every element, in row-major logical order.
     pub fn offsets(&self) -> Vec<usize> {
         let mut v = Vec::with_capacity(self.numel());
@@ -249,4 +311,23 @@ pub fn check_perm(perm: &[usize], rank: usize) -> Result<()> {
         seen[p] = true;
     }
     Ok(())
+}
+
+/// Copies the `dst.len() / cols` rows of `cols` elements starting at storage index `base`
+/// (row stride `sr`, column stride `sc`) into dense `dst`, in square tiles so that reads along
+/// a column and writes along a row both stay in cache.
+fn tile_copy<T: Copy>(src: &[T], base: isize, sr: isize, sc: isize, cols: usize, dst: &mut [T]) {
+    const TILE: usize = 32;
+    let rows = dst.len() / cols.max(1);
+    for i0 in (0..rows).step_by(TILE) {
+        for j0 in (0..cols).step_by(TILE) {
+            let j1 = (j0 + TILE).min(cols);
+            for i in i0..(i0 + TILE).min(rows) {
+                let row = base + i as isize * sr;
+                for (j, d) in (j0..j1).zip(&mut dst[i * cols + j0..i * cols + j1]) {
+                    *d = src[(row + j as isize * sc) as usize];
+                }
+            }
+        }
+    }
 }

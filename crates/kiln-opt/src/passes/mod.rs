@@ -6,6 +6,7 @@ mod cse;
 mod dce;
 mod decompose;
 mod fold;
+mod layout;
 mod simplify;
 
 pub use bn_fold::BnFold;
@@ -13,6 +14,7 @@ pub use cse::Cse;
 pub use dce::Dce;
 pub use decompose::Decompose;
 pub use fold::Fold;
+pub use layout::Layout;
 pub use simplify::Simplify;
 
 use kiln_ir::{Graph, Result};
