@@ -4,7 +4,7 @@
 #
 # Usage: scripts/onnx-real-models.sh [OUTDIR] [--kiln PATH] [--models NAME ...]
 # OUTDIR defaults to target/onnx-real. The first run creates .venv-bench (torch, torchvision,
-# transformers; a large download) as scripts/compare_pytorch.sh does, and adds onnx,
+# transformers; a large download) as scripts/compare_peers.sh does, and adds onnx,
 # onnxscript and onnxruntime to it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""PyTorch CPU eager baseline for `kiln bench`.
+"""PyTorch CPU baselines for `kiln bench`: eager (inference_mode) or torch.compile.
 
-Times torch.inference_mode() forward passes of the same models as kiln's zoo (random init, no
-hub download) and prints one JSON line per model, with the fields `kiln bench --json` uses, so
-the two can be compared line by line (see scripts/compare_pytorch.sh).
+Times forward passes of the same models as kiln's zoo (random init, no hub download) and prints
+one JSON line per model, with the fields `kiln bench --json` uses, so the two can be compared
+line by line (see scripts/compare_peers.sh). scripts/ort_bench.py reuses `build` and `time_passes`.
+
+With --compile the model goes through torch.compile (mode "default", inductor). torch.compile
+compiles lazily, inside the first call, so `compile_s` is that first call (compilation plus one
+forward: the two cannot be separated) and `first_call_s` is the second call, the first one of the
+compiled code, which is what kiln's compiled `first_call_s` measures too.
 """
 
 import argparse
@@ -22,7 +27,12 @@ def quantile(sorted_samples, q):
 
 
 def build(name, batch, seq):
-    """Returns (model, inputs as a kwargs dict) for a kiln zoo name."""
+    """Returns (model, inputs as an ordered kwargs dict) for a kiln zoo name.
+
+    The inputs match kiln's zoo: resnets take x [B,3,224,224]; bert-base and gpt2 take only
+    input_ids [B,S], as kiln's do (kiln's BERT uses token type 0 everywhere and no padding mask,
+    which is exactly what HF's BertModel does when token_type_ids and attention_mask are left out).
+    """
     if name in ("resnet18", "resnet50"):
         import torchvision
 
@@ -41,30 +51,31 @@ def build(name, batch, seq):
     raise SystemExit(f"error: unknown model '{name}' (known: resnet18, resnet50, bert-base, gpt2)")
 
 
-def bench(name, args):
-    torch.manual_seed(args.seed)
-    model, inputs = build(name, args.batch, args.seq)
-    model.eval()
-    params = sum(p.numel() for p in model.parameters())
+def time_passes(forward, warmup, iters):
+    """Runs `forward` once, `warmup` times untimed, then `iters` timed times, as `kiln bench`
+    does. Returns (first call seconds, sorted timed passes in ms)."""
+    start = time.perf_counter()
+    forward()
+    first_call_s = time.perf_counter() - start
+    for _ in range(warmup):
+        forward()
     times_ms = []
-    with torch.inference_mode():
+    for _ in range(iters):
         start = time.perf_counter()
-        model(**inputs)
-        first_call_s = time.perf_counter() - start
-        for _ in range(args.warmup):
-            model(**inputs)
-        for _ in range(args.iters):
-            start = time.perf_counter()
-            model(**inputs)
-            times_ms.append((time.perf_counter() - start) * 1e3)
+        forward()
+        times_ms.append((time.perf_counter() - start) * 1e3)
     times_ms.sort()
-    record = {
-        "framework": "pytorch",
-        "torch": torch.__version__,
+    return first_call_s, times_ms
+
+
+def record(name, args, framework, mode, params, first_call_s, times_ms, **extra):
+    """One result line with `kiln bench --json`'s field names (plus `extra`)."""
+    rec = {
+        "framework": framework,
         "model": name,
         "batch": args.batch,
         "device": "cpu",
-        "mode": "eager",
+        "mode": mode,
         "dtype": "f32",
         "threads": torch.get_num_threads(),
         "iters": args.iters,
@@ -76,8 +87,44 @@ def bench(name, args):
         "p90_ms": quantile(times_ms, 0.9),
     }
     if name in ("bert-base", "gpt2"):
-        record["seq"] = args.seq
-    return record
+        rec["seq"] = args.seq
+    rec.update(extra)
+    return rec
+
+
+def compiled_kernel_count():
+    """C++/OpenMP kernels inductor generated so far (its extern calls, mkldnn convs and GEMMs,
+    are not counted), or None where this torch does not expose the counter."""
+    try:
+        from torch._inductor import metrics
+    except ImportError:
+        return None
+    return getattr(metrics, "generated_kernel_count", None)
+
+
+def bench(name, args):
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    model, inputs = build(name, args.batch, args.seq)
+    model.eval()
+    build_s = time.perf_counter() - start
+    params = sum(p.numel() for p in model.parameters())
+    extra = {"torch": torch.__version__, "build_s": build_s}
+    with torch.inference_mode():
+        if not args.compile:
+            first_call_s, times_ms = time_passes(lambda: model(**inputs), args.warmup, args.iters)
+            return record(name, args, "pytorch", "eager", params, first_call_s, times_ms, **extra)
+        compiled = torch.compile(model, mode="default")
+        # The counter is per process; the difference keeps each model's own kernels.
+        kernels_before = compiled_kernel_count()
+        start = time.perf_counter()
+        compiled(**inputs)
+        extra["compile_s"] = time.perf_counter() - start
+        kernels_after = compiled_kernel_count()
+        if kernels_before is not None and kernels_after is not None:
+            extra["generated_kernels"] = kernels_after - kernels_before
+        first_call_s, times_ms = time_passes(lambda: compiled(**inputs), args.warmup, args.iters)
+        return record(name, args, "pytorch", "torch.compile", params, first_call_s, times_ms, **extra)
 
 
 def main():
@@ -89,10 +136,13 @@ def main():
     p.add_argument("--warmup", type=int, default=2, help="untimed passes after the first call")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action="store_true", help="time torch.compile(model) (mode default) instead of eager")
     args = p.parse_args()
     if args.iters < 1:
         raise SystemExit("error: --iters must be at least 1")
     if args.threads is not None:
+        if args.threads < 1:
+            raise SystemExit("error: --threads must be at least 1")
         torch.set_num_threads(args.threads)
     for name in args.models:
         print(json.dumps(bench(name, args)), flush=True)
