@@ -8,7 +8,7 @@ use kiln_ir::{
     BinaryOp, Conv2dAttrs, DType, Graph, HostTensor, NodeId, Op, Shape, TensorType, UnaryOp, verify,
 };
 use kiln_opt::Pass;
-use kiln_opt::passes::{BnFold, Dce};
+use kiln_opt::passes::{BnFold, Dce, Fold};
 
 /// Adds BatchNorm params `[c]` (scale, bias, mean, var > 0) as constants and the BN node.
 fn bn(g: &mut Graph, rng: &mut Rng, x: NodeId, c: usize) -> NodeId {
@@ -218,4 +218,130 @@ fn bn_is_not_folded_when_the_conv_output_is_used_elsewhere() {
     let z = bn(&mut g, &mut rng, y, 3);
     g.output(z);
     assert_eq!(count(&fold(&g), "batch_norm"), 1);
+}
+
+/// The folded constant of `out` with `shape` (the conv weight), as f32 values.
+fn const_of_shape(out: &Graph, shape: &[usize]) -> Vec<f32> {
+    let found: Vec<&HostTensor> = out
+        .consts
+        .iter()
+        .map(|t| t.as_ref())
+        .filter(|t| t.shape() == shape)
+        .collect();
+    assert_eq!(found.len(), 1, "one constant of shape {shape:?}");
+    found[0].to_vec::<f32>().unwrap()
+}
+
+/// BatchNorm params with a very different scale per channel, so a weight row multiplied by
+/// a neighbour's factor (a wrong channel stride, `o / groups` for `o`) shows in the bits.
+fn distinct_bn(g: &mut Graph, x: NodeId, c: usize) -> (NodeId, Vec<f64>) {
+    let scale: Vec<f32> = (0..c)
+        .map(|k| (k as f32 + 1.0) * if k % 2 == 0 { 1.0 } else { -0.75 })
+        .collect();
+    let bias: Vec<f32> = (0..c).map(|k| 0.25 * k as f32 - 0.5).collect();
+    let mean: Vec<f32> = (0..c).map(|k| 0.1 * k as f32).collect();
+    let var: Vec<f32> = (0..c).map(|k| 0.5 + 0.3 * k as f32).collect();
+    let eps = 1e-5;
+    // The factor the pass must use: computed in f64 from the f32 params.
+    let s = (0..c)
+        .map(|k| scale[k] as f64 / (var[k] as f64 + eps).sqrt())
+        .collect();
+    let p: Vec<NodeId> = [scale, bias, mean, var]
+        .into_iter()
+        .map(|v| g.constant(HostTensor::from_vec(v, &[c]).unwrap()))
+        .collect();
+    let z = g
+        .add(Op::BatchNorm { eps }, &[x, p[0], p[1], p[2], p[3]])
+        .unwrap();
+    (z, s)
+}
+
+#[test]
+fn grouped_conv_weight_is_scaled_per_output_channel_bit_exactly() {
+    let mut rng = Rng(21);
+    let (n, c, o, groups, h) = (1, 6, 9, 3, 5);
+    let mut g = Graph::new();
+    let x = g.input(
+        "x",
+        TensorType::new(DType::F32, Shape::fixed(&[n, c, h, h])),
+    );
+    let w = rand_f32(&mut rng, &[o, c / groups, 3, 3], -1.0, 1.0);
+    let wv = w.to_vec::<f32>().unwrap();
+    let wid = g.constant(w);
+    let attrs = Conv2dAttrs {
+        stride: [1, 1],
+        padding: [1; 4],
+        dilation: [1, 1],
+        groups,
+    };
+    let y = g.add(Op::Conv2d(attrs), &[x, wid]).unwrap();
+    let (z, s) = distinct_bn(&mut g, y, o);
+    g.output(z);
+    let out = fold(&g);
+    assert_eq!(count(&out, "batch_norm"), 0, "{out}");
+    let got = const_of_shape(&out, &[o, c / groups, 3, 3]);
+    let row = wv.len() / o;
+    for (i, (&w, &f)) in wv.iter().zip(&got).enumerate() {
+        let want = (w as f64 * s[i / row]) as f32;
+        assert_eq!(
+            f.to_bits(),
+            want.to_bits(),
+            "weight element {i} (channel {})",
+            i / row
+        );
+    }
+    let err = max_rel_err(&g, &out, &[rand_f32(&mut rng, &[n, c, h, h], -1.0, 1.0)]);
+    assert!(err < 1e-5, "max rel err {err}");
+}
+
+#[test]
+fn permuted_weight_of_a_grouped_conv_folds_after_fold_materialises_it() {
+    // The weight is stored [kh, kw, i, o] and permuted to [o, i, kh, kw]: a strided view,
+    // which fold turns into a dense constant (it is small) before bn_fold scales it.
+    let mut rng = Rng(22);
+    let (n, c, o, groups, h) = (2, 6, 6, 3, 6);
+    let mut g = Graph::new();
+    let x = g.input(
+        "x",
+        TensorType::new(DType::F32, Shape::fixed(&[n, c, h, h])),
+    );
+    let stored = rand_f32(&mut rng, &[2, 2, c / groups, o], -1.0, 1.0);
+    let sv = stored.to_vec::<f32>().unwrap();
+    let wc = g.constant(stored);
+    let w = g.add(Op::Permute(vec![3, 2, 0, 1]), &[wc]).unwrap();
+    let attrs = Conv2dAttrs {
+        stride: [1, 2],
+        padding: [0, 1, 1, 0],
+        dilation: [1, 1],
+        groups,
+    };
+    let y = g.add(Op::Conv2d(attrs), &[x, w]).unwrap();
+    let (z, s) = distinct_bn(&mut g, y, o);
+    let r = g.add(Op::Unary(UnaryOp::Relu), &[z]).unwrap();
+    g.output(r);
+    let out = Dce
+        .run(&BnFold.run(&Fold.run(&g).unwrap()).unwrap())
+        .unwrap();
+    verify(&out).unwrap();
+    assert_eq!(count(&out, "batch_norm"), 0, "{out}");
+    assert_eq!(count(&out, "permute"), 0, "{out}");
+    let got = const_of_shape(&out, &[o, c / groups, 2, 2]);
+    let ci = c / groups;
+    for oc in 0..o {
+        for i in 0..ci {
+            for kh in 0..2 {
+                for kw in 0..2 {
+                    let w = sv[((kh * 2 + kw) * ci + i) * o + oc];
+                    let f = got[((oc * ci + i) * 2 + kh) * 2 + kw];
+                    assert_eq!(
+                        f.to_bits(),
+                        ((w as f64 * s[oc]) as f32).to_bits(),
+                        "o {oc} i {i} k {kh},{kw}"
+                    );
+                }
+            }
+        }
+    }
+    let err = max_rel_err(&g, &out, &[rand_f32(&mut rng, &[n, c, h, h], -1.0, 1.0)]);
+    assert!(err < 1e-5, "max rel err {err}");
 }
