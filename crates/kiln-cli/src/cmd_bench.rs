@@ -62,6 +62,9 @@ pub struct BenchRecord {
     /// Compiled modes: `hit`, `miss` or `rebuilt` for the compiled library in the disk cache.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<String>,
+    /// max-autotune: what the search found, or that the cache had its result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autotune: Option<String>,
 }
 
 /// What one forward pass cost.
@@ -167,6 +170,7 @@ fn bench_model(name: &str, args: &BenchArgs, threads: usize) -> CliResult<BenchR
         peak_mb: t.peak_bytes as f64 / 1e6,
         compile_s: None,
         cache: None,
+        autotune: None,
     })
 }
 
@@ -245,6 +249,7 @@ mod tests {
             peak_mb: 30.0,
             compile_s: None,
             cache: None,
+            autotune: None,
         }
     }
 

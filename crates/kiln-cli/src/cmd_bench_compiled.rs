@@ -40,5 +40,6 @@ pub fn bench_compiled(name: &str, args: &BenchArgs, threads: usize) -> CliResult
         peak_mb: t.peak_bytes as f64 / 1e6,
         compile_s: Some(compile_s),
         cache: report.cache.clone(),
+        autotune: report.autotune.clone(),
     })
 }

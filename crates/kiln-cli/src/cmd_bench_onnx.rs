@@ -79,5 +79,6 @@ pub fn bench_onnx(name: &str, args: &BenchArgs, threads: usize) -> CliResult<Ben
         peak_mb: t.peak_bytes as f64 / 1e6,
         compile_s: None,
         cache: None,
+        autotune: None,
     })
 }

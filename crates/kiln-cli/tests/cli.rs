@@ -108,6 +108,12 @@ fn compiled_bench_reports_compile_time_and_fewer_kernels_and_cuda_exits_2() {
     // The second process finds the library in the disk cache.
     let again = bench("reduce-overhead");
     assert_eq!(again["cache"], "hit", "{again}");
+    assert!(again.get("autotune").is_none(), "{again}");
+    // max-autotune searches once, then the next process reads its result from the cache.
+    let tuned = bench("max-autotune");
+    assert!(tuned["autotune"].as_str().is_some_and(|a| a.starts_with("searched")), "{tuned}");
+    let tuned = bench("max-autotune");
+    assert!(tuned["autotune"].as_str().is_some_and(|a| a.starts_with("tuning from the cache")), "{tuned}");
     let _ = std::fs::remove_dir_all(&cache);
     let o = kiln(&["bench", "resnet18", "--device", "cuda"]);
     let err = assert_clean_failure(&o, 2);

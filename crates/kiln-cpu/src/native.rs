@@ -35,6 +35,17 @@ impl NativeKernels {
 
 impl LaunchKernel for NativeKernels {
     fn launch(&self, kernel: &Kernel, args: &[*mut u8], begin: i64, end: i64) -> Result<()> {
+        self.launch_split(kernel, args, begin, end, None)
+    }
+
+    fn launch_split(
+        &self,
+        kernel: &Kernel,
+        args: &[*mut u8],
+        begin: i64,
+        end: i64,
+        chunks: Option<usize>,
+    ) -> Result<()> {
         let f = self
             .fns
             .get(&kernel.name)
@@ -43,16 +54,21 @@ impl LaunchKernel for NativeKernels {
             return Err(Error::Value(format!("kernel {} takes {} buffers, {} were bound", kernel.name, kernel.args.len(), args.len())));
         }
         let f = *f;
-        let threads = rayon::current_num_threads() as i64;
         let rows = end - begin;
-        let work = crate::codegen::work_per_row(kernel).saturating_mul(rows.max(0) as u64);
-        if kernel.outer.is_empty() || threads < 2 || rows < 2 || work < crate::codegen::PAR_MIN_WORK {
+        let chunks = match chunks {
+            Some(c) => (c as i64).min(rows),
+            None => {
+                let threads = rayon::current_num_threads() as i64;
+                let work = crate::codegen::work_per_row(kernel).saturating_mul(rows.max(0) as u64);
+                if threads < 2 || work < crate::codegen::PAR_MIN_WORK { 1 } else { threads.min(rows) }
+            }
+        };
+        if kernel.outer.is_empty() || chunks < 2 {
             // SAFETY: the caller guarantees (LaunchKernel's contract) that each pointer holds
             // its argument's elements; the function was generated from this very kernel.
             unsafe { f(args.as_ptr() as *const *mut c_void, begin, end) };
             return Ok(());
         }
-        let chunks = threads.min(rows);
         let args = SendPtrs(args);
         rayon::scope(|s| {
             for c in 0..chunks {

@@ -161,3 +161,37 @@ fn eager_mode_is_the_interpreter_and_reports_every_op() {
     assert_eq!(c.kernels(), c.report().eager_kernels);
     compare(&c.run(&xs).unwrap(), &kiln_cpu::run(&g, &xs).unwrap(), 0.0, 0.0).unwrap();
 }
+
+#[test]
+fn max_autotune_searches_once_then_reads_the_cache_and_stays_correct() {
+    if !c_compiler_present() {
+        return;
+    }
+    let dir = cache_dir("autotune");
+    let rn = resnet::ResNet::new(VarBuilder::random(3, DType::F32), &tiny_resnet(), 2).unwrap();
+    let g = zoo::trace_model(&rn).unwrap();
+    let xs: Vec<HostTensor> = rn.example_inputs(3).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
+    let want = kiln_cpu::run(&g, &xs).unwrap();
+    let tuned = |budget: f64| CompileOptions {
+        mode: Mode::MaxAutotune,
+        autotune_budget: Some(std::time::Duration::from_secs_f64(budget)),
+        ..opts(&dir)
+    };
+    // No budget: nothing is searched, nothing stored.
+    let none = compile(&g, &shapes(&xs), &tuned(0.0)).unwrap();
+    let msg = none.report().autotune.clone().unwrap_or_default();
+    assert!(msg.contains("0 tuned") && msg.contains("ran out"), "{msg}");
+    compare(&none.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap();
+    // A real search, kept in the cache.
+    let first = compile(&g, &shapes(&xs), &tuned(60.0)).unwrap();
+    let msg = first.report().autotune.clone().unwrap_or_default();
+    assert!(msg.starts_with("searched") && !msg.contains("ran out"), "{msg}");
+    compare(&first.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("autotuned: {e}"));
+    let second = compile(&g, &shapes(&xs), &tuned(60.0)).unwrap();
+    let msg = second.report().autotune.clone().unwrap_or_default();
+    assert!(msg.starts_with("tuning from the cache"), "{msg}");
+    compare(&second.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("cached tuning: {e}"));
+    // Default mode never autotunes.
+    assert!(compile(&g, &shapes(&xs), &opts(&dir)).unwrap().report().autotune.is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,6 +4,7 @@
 //! temporaries written) is checked once, when it is built.
 
 use super::launch::LaunchKernel;
+use super::tuning::{StepTuning, Tuning};
 use super::views::{check_view, read_dense};
 use super::{raw, steps};
 use kiln_ir::{Error, HostTensor, Result};
@@ -26,6 +27,8 @@ pub struct Executable {
     arena_bytes: usize,
     /// f32 elements of im2col scratch the largest convolution needs.
     scratch_elems: usize,
+    /// Per-step knobs (default: none set).
+    tuning: Tuning,
     state: Mutex<State>,
 }
 
@@ -63,6 +66,7 @@ impl Executable {
             offsets,
             arena_bytes,
             scratch_elems,
+            tuning: Tuning::default(),
             state: Mutex::new(State::default()),
         })
     }
@@ -78,8 +82,82 @@ impl Executable {
         self.arena_bytes + self.scratch_elems * std::mem::size_of::<f32>()
     }
 
+    /// The per-step knobs runs use (empty: every heuristic's default).
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
+    }
+
+    /// Sets the per-step knobs (from [`super::autotune`] or the cache); an entry for a step the
+    /// program does not have is an error.
+    pub fn set_tuning(&mut self, tuning: Tuning) -> Result<()> {
+        if tuning.steps.len() > self.program.steps.len() {
+            return Err(Error::Value(format!(
+                "a tuning for {} steps does not fit a program of {}",
+                tuning.steps.len(),
+                self.program.steps.len()
+            )));
+        }
+        self.tuning = tuning;
+        Ok(())
+    }
+
     /// Runs the program on `inputs` (any layouts; made dense first) and returns its outputs.
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.run_with(inputs, |run, i| run.step(i, self.tuning.step(i)))
+    }
+
+    /// Runs the program, with `each(run, i)` in charge of running step `i` (the autotuner
+    /// times candidates there); returns the outputs.
+    pub(crate) fn run_with(
+        &self,
+        inputs: &[HostTensor],
+        mut each: impl FnMut(&mut BoundRun, usize) -> Result<()>,
+    ) -> Result<Vec<HostTensor>> {
+        let p = &self.program;
+        let dense = self.dense_inputs(inputs)?;
+        let mut guard = self.state.lock().map_err(|_| {
+            Error::Value("a previous run of this executable panicked; build a new one".into())
+        })?;
+        let state = &mut *guard;
+        let words = self.arena_bytes.div_ceil(8) + ALIGN / 8;
+        if state.arena.len() < words {
+            state.arena = vec![0u64; words];
+        }
+        if state.scratch.len() < self.scratch_elems {
+            state.scratch = vec![0.0; self.scratch_elems];
+        }
+        let base = {
+            let p = state.arena.as_mut_ptr() as *mut u8;
+            // SAFETY: the arena has ALIGN spare bytes, so the aligned base stays inside it.
+            unsafe { p.add(p.align_offset(ALIGN)) }
+        };
+        let ptrs: Vec<*mut u8> = p
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match b.kind {
+                BufKind::Input(k) => raw::storage_ptr(&dense[k].storage),
+                BufKind::Const(c) => raw::storage_ptr(&self.consts[c.0 as usize].storage),
+                // SAFETY: `place_temps` put every temporary inside `arena_bytes`.
+                BufKind::Temp => unsafe { base.add(self.offsets[i].unwrap_or(0)) },
+            })
+            .collect();
+        let mut run = BoundRun {
+            exe: self,
+            ptrs: &ptrs,
+            scratch: &mut state.scratch,
+        };
+        for i in 0..p.steps.len() {
+            each(&mut run, i)?;
+        }
+        p.outputs
+            .iter()
+            .map(|(id, shape)| read_dense(ptrs[id.index()], p.buffer(*id).dtype, shape))
+            .collect()
+    }
+
+    /// The inputs checked against the program's and made dense.
+    fn dense_inputs(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         let p = &self.program;
         if inputs.len() != p.inputs.len() {
             return Err(Error::Value(format!(
@@ -110,41 +188,29 @@ impl Executable {
             }
             dense.push(t.contiguous());
         }
-        let mut guard = self.state.lock().map_err(|_| {
-            Error::Value("a previous run of this executable panicked; build a new one".into())
-        })?;
-        let state = &mut *guard;
-        let words = self.arena_bytes.div_ceil(8) + ALIGN / 8;
-        if state.arena.len() < words {
-            state.arena = vec![0u64; words];
-        }
-        if state.scratch.len() < self.scratch_elems {
-            state.scratch = vec![0.0; self.scratch_elems];
-        }
-        let base = {
-            let p = state.arena.as_mut_ptr() as *mut u8;
-            // SAFETY: the arena has ALIGN spare bytes, so the aligned base stays inside it.
-            unsafe { p.add(p.align_offset(ALIGN)) }
-        };
-        let ptrs: Vec<*mut u8> = p
-            .buffers
-            .iter()
-            .enumerate()
-            .map(|(i, b)| match b.kind {
-                BufKind::Input(k) => raw::storage_ptr(&dense[k].storage),
-                BufKind::Const(c) => raw::storage_ptr(&self.consts[c.0 as usize].storage),
-                // SAFETY: `place_temps` put every temporary inside `arena_bytes`.
-                BufKind::Temp => unsafe { base.add(self.offsets[i].unwrap_or(0)) },
-            })
-            .collect();
-        for (i, step) in p.steps.iter().enumerate() {
-            steps::run_step(p, &step.kind, &ptrs, &*self.kernels, &mut state.scratch)
-                .map_err(|e| e.context(&format!("step {i} (nodes {:?})", step.nodes)))?;
-        }
-        p.outputs
-            .iter()
-            .map(|(id, shape)| read_dense(ptrs[id.index()], p.buffer(*id).dtype, shape))
-            .collect()
+        Ok(dense)
+    }
+}
+
+/// A run in progress: the buffers bound, steps run one at a time.
+pub(crate) struct BoundRun<'a> {
+    exe: &'a Executable,
+    ptrs: &'a [*mut u8],
+    scratch: &'a mut Vec<f32>,
+}
+
+impl BoundRun<'_> {
+    /// The program being run.
+    pub(crate) fn program(&self) -> &Program {
+        &self.exe.program
+    }
+
+    /// Runs step `i` with the knobs `tune`.
+    pub(crate) fn step(&mut self, i: usize, tune: StepTuning) -> Result<()> {
+        let p = &self.exe.program;
+        let step = &p.steps[i];
+        steps::run_step(p, &step.kind, self.ptrs, &*self.exe.kernels, self.scratch, tune)
+            .map_err(|e| e.context(&format!("step {i} (nodes {:?})", step.nodes)))
     }
 }
 

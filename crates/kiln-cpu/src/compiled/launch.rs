@@ -12,4 +12,19 @@ pub trait LaunchKernel: Send + Sync {
     /// The caller guarantees each `args[i]` points to at least `kernel.args[i].len` elements
     /// of `kernel.args[i].dtype`, live and not aliased by anything else during the call.
     fn launch(&self, kernel: &Kernel, args: &[*mut u8], begin: i64, end: i64) -> Result<()>;
+
+    /// [`LaunchKernel::launch`] with the range split into `chunks` pieces over the thread pool
+    /// (`None`: the runner's own choice). Splitting never changes results (outer points are
+    /// independent), so a runner without threads may ignore it, as the default does.
+    fn launch_split(
+        &self,
+        kernel: &Kernel,
+        args: &[*mut u8],
+        begin: i64,
+        end: i64,
+        chunks: Option<usize>,
+    ) -> Result<()> {
+        let _ = chunks;
+        self.launch(kernel, args, begin, end)
+    }
 }

@@ -8,13 +8,15 @@ use kiln_sched::{BufId, BufView};
 /// Multiply-adds below which one gemm call stays on one thread (as `kernels::matmul`).
 const PAR_WORK: usize = 1 << 18;
 
-/// Runs `out = a @ b` (see [`kiln_sched::ExternOp::MatMul`]).
+/// Runs `out = a @ b` (see [`kiln_sched::ExternOp::MatMul`]), `block_rows` output rows per
+/// GEMM call when given (the autotuner's choice), else the heuristic below.
 pub(crate) fn run(
     inputs: &[BufView],
     ptrs: &[*mut u8],
     out: BufId,
     out_shape: &[usize],
     epi: &Epi,
+    block_rows: Option<usize>,
 ) -> Result<()> {
     let ctx = || {
         let shapes: Vec<&[usize]> = inputs.iter().map(|v| &v.shape[..]).collect();
@@ -57,10 +59,10 @@ pub(crate) fn run(
     // Without an epilogue one call per matrix packs `b` once; with one, row blocks keep the
     // finished rows in cache for it (up to 2 MB of them: bert's [128, 3072] is one block, as
     // every extra block packs all of `b` again).
-    let block = if epi.present() {
-        ((1usize << 19) / n.max(1)).max(64).min(m).max(1)
-    } else {
-        m.max(1)
+    let block = match block_rows {
+        Some(b) => b.min(m).max(1),
+        None if epi.present() => ((1usize << 19) / n.max(1)).max(64).min(m).max(1),
+        None => m.max(1),
     };
     let (pa, pb, po) = (
         ptrs[a.buf.index()] as *const f32,

@@ -5,7 +5,9 @@
 //! - [`LaunchKernel`]: how a kernel step runs; [`InterpKernels`] interprets the kernel IR
 //!   (the reference for the C renderer); a native backend loads compiled C instead.
 //! - [`Executable`]: a program bound to its kernels, checked once, run many times.
+//! - [`autotune`]: times candidate [`Tuning`]s (thread splits, GEMM row blocks) per step.
 
+mod autotune;
 mod conv;
 mod executable;
 mod interp;
@@ -13,11 +15,14 @@ mod launch;
 mod matmul;
 mod raw;
 mod steps;
+mod tuning;
 mod views;
 
+pub use autotune::{AutotuneOptions, AutotuneReport, StepResult, autotune};
 pub use executable::Executable;
 pub use interp::InterpKernels;
 pub use launch::LaunchKernel;
+pub use tuning::{StepTuning, Tuning};
 
 use kiln_ir::{HostTensor, Result};
 use kiln_sched::Program;

@@ -1,23 +1,26 @@
 //! Running one step of a program on bound buffers.
 
 use super::launch::LaunchKernel;
+use super::tuning::StepTuning;
 use super::views::{read_view, write_dense};
 use super::{conv, matmul};
 use kiln_ir::{DType, Error, HostTensor, Op, Result};
 use kiln_sched::{BufId, BufKind, BufView, Epilogue, ExternOp, Program, StepKind};
 
-/// Runs one step; `ptrs[i]` is the memory of buffer `i` (checked by `Executable::new`).
+/// Runs one step with the knobs `tune`; `ptrs[i]` is the memory of buffer `i` (checked by
+/// `Executable::new`).
 pub(crate) fn run_step(
     p: &Program,
     step: &StepKind,
     ptrs: &[*mut u8],
     kernels: &dyn LaunchKernel,
     scratch: &mut Vec<f32>,
+    tune: StepTuning,
 ) -> Result<()> {
     match step {
         StepKind::Kernel { kernel, args } => {
             let end = kernel.outer.first().map_or(1, |l| l.extent as i64);
-            kernels.launch(kernel, &bind(ptrs, args), 0, end)
+            kernels.launch_split(kernel, &bind(ptrs, args), 0, end, tune.chunks)
         }
         StepKind::Eval {
             op,
@@ -45,9 +48,10 @@ pub(crate) fn run_step(
                 kernels,
                 epilogue: epilogue.as_ref(),
                 ptrs,
+                chunks: tune.chunks,
             };
             match op {
-                ExternOp::MatMul => matmul::run(inputs, ptrs, *out, out_shape, &epi),
+                ExternOp::MatMul => matmul::run(inputs, ptrs, *out, out_shape, &epi, tune.block_rows),
                 ExternOp::Conv2d(a) => conv::run(a, inputs, ptrs, *out, out_shape, &epi, scratch),
             }
         }
@@ -64,6 +68,8 @@ pub(crate) struct Epi<'a> {
     kernels: &'a dyn LaunchKernel,
     epilogue: Option<&'a Epilogue>,
     ptrs: &'a [*mut u8],
+    /// How each epilogue launch is split over threads (`None`: the runner decides).
+    chunks: Option<usize>,
 }
 
 impl Epi<'_> {
@@ -77,11 +83,12 @@ impl Epi<'_> {
         let Some(e) = self.epilogue else {
             return Ok(());
         };
-        self.kernels.launch(
+        self.kernels.launch_split(
             &e.kernel,
             &bind(self.ptrs, &e.args),
             begin as i64,
             end as i64,
+            self.chunks,
         )
     }
 

@@ -20,6 +20,8 @@ pub struct CompileOptions {
     pub opt: OptOptions,
     /// `None`: `$KILN_CACHE_DIR`, else the user's cache dir.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// max-autotune's search budget; `None`: `$KILN_AUTOTUNE_BUDGET_S`, else 60 s.
+    pub autotune_budget: Option<std::time::Duration>,
 }
 
 /// A graph ready to run: compiled kernels, or the reference interpreter.
@@ -87,17 +89,18 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
         static ONCE: Once = Once::new();
         ONCE.call_once(|| tracing::info!("mode reduce-overhead on the CPU behaves as default (CUDA graphs are a GPU feature)"));
     }
-    if opts.mode == Mode::MaxAutotune {
-        static ONCE: Once = Once::new();
-        ONCE.call_once(|| {
-            tracing::warn!(target: "kiln::autotune", "max-autotune does not search candidates yet; compiling as default")
-        });
-    }
-    let toolchain = match c_toolchain() {
+    // Finding the compiler runs `cc --version` (a process, ~10 ms: a tenth of a warm start), so
+    // it overlaps planning; a missing compiler still wins over a planning error, as before.
+    let (toolchain, planned) = std::thread::scope(|s| {
+        let finding = s.spawn(c_toolchain);
+        let planned = plan(graph, input_shapes, opts);
+        (finding.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), planned)
+    });
+    let toolchain = match toolchain {
         Ok(t) => t,
         Err(why) => return Ok(eager_fallback(graph, opts.mode, eager_kernels, why)),
     };
-    let (program, mut report) = plan(graph, input_shapes, opts)?;
+    let (program, mut report) = planned?;
     let mut times = std::mem::take(&mut report.times);
 
     let t = Instant::now();
@@ -135,8 +138,14 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
 
     let t = Instant::now();
     let launcher: Arc<dyn LaunchKernel> = Arc::new(NativeKernels::load(&lib_path, &program)?);
-    let exe = Executable::new(program, launcher)?;
+    let mut exe = Executable::new(program, launcher)?;
     times.load = t.elapsed();
+
+    if opts.mode == Mode::MaxAutotune {
+        let t = Instant::now();
+        report.autotune = Some(super::tune::tune(&mut exe, &cache, key, input_shapes, opts.autotune_budget)?);
+        times.autotune = t.elapsed();
+    }
 
     report.cache = Some(match outcome {
         CacheOutcome::Hit => "hit".to_string(),
@@ -190,6 +199,7 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
         cache: None,
         fallback: None,
         source: None,
+        autotune: None,
     };
     Ok((program, report))
 }

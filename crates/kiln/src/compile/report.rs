@@ -16,12 +16,14 @@ pub struct StageTimes {
     /// The C compiler, or the cache lookup on a hit.
     pub build: Duration,
     pub load: Duration,
+    /// max-autotune: the search, or reading its result from the cache.
+    pub autotune: Duration,
 }
 
 impl StageTimes {
     /// Total compile time.
     pub fn total(&self) -> Duration {
-        self.specialize + self.passes + self.schedule + self.memory + self.render + self.build + self.load
+        self.specialize + self.passes + self.schedule + self.memory + self.render + self.build + self.load + self.autotune
     }
 }
 
@@ -49,6 +51,8 @@ pub struct CompileReport {
     pub fallback: Option<String>,
     /// The generated C source.
     pub source: Option<String>,
+    /// max-autotune: what the search found (or that the cache had it).
+    pub autotune: Option<String>,
 }
 
 impl CompileReport {
@@ -67,6 +71,7 @@ impl CompileReport {
             cache: None,
             fallback,
             source: None,
+            autotune: None,
         }
     }
 }
@@ -108,7 +113,7 @@ impl fmt::Display for CompileReport {
         let t = &self.times;
         writeln!(
             f,
-            "compile time: {:.1} ms (specialize {:.1}, passes {:.1}, schedule {:.1}, memory {:.1}, render {:.1}, build {:.1}{}, load {:.1})",
+            "compile time: {:.1} ms (specialize {:.1}, passes {:.1}, schedule {:.1}, memory {:.1}, render {:.1}, build {:.1}{}, load {:.1}, autotune {:.1})",
             ms(t.total()),
             ms(t.specialize),
             ms(t.passes),
@@ -117,7 +122,12 @@ impl fmt::Display for CompileReport {
             ms(t.render),
             ms(t.build),
             self.cache.as_deref().map(|c| format!(" [cache {c}]")).unwrap_or_default(),
-            ms(t.load)
-        )
+            ms(t.load),
+            ms(t.autotune)
+        )?;
+        if let Some(a) = &self.autotune {
+            writeln!(f, "autotune: {a}")?;
+        }
+        Ok(())
     }
 }
