@@ -5,6 +5,7 @@
 //! Output channels are done in blocks of rows; each block gets its bias and then the
 //! epilogue while it is still in cache.
 
+use super::conv_direct::{DwOperands, depthwise, im2col};
 use super::matmul::sgemm;
 use super::raw;
 use super::steps::Epi;
@@ -13,19 +14,19 @@ use kiln_sched::{BufId, BufView};
 use rayon::prelude::*;
 
 /// Sizes of one convolution, checked against each other.
-struct Geom {
-    n: usize,
-    h: usize,
-    w: usize,
-    o: usize,
-    cg: usize,
-    og: usize,
-    kh: usize,
-    kw: usize,
-    oh: usize,
-    ow: usize,
-    groups: usize,
-    a: Conv2dAttrs,
+pub(super) struct Geom {
+    pub(super) n: usize,
+    pub(super) h: usize,
+    pub(super) w: usize,
+    pub(super) o: usize,
+    pub(super) cg: usize,
+    pub(super) og: usize,
+    pub(super) kh: usize,
+    pub(super) kw: usize,
+    pub(super) oh: usize,
+    pub(super) ow: usize,
+    pub(super) groups: usize,
+    pub(super) a: Conv2dAttrs,
 }
 
 impl Geom {
@@ -78,12 +79,12 @@ impl Geom {
     }
 
     /// Rows of the im2col matrix (the GEMM's K).
-    fn k(&self) -> usize {
+    pub(super) fn k(&self) -> usize {
         self.cg * self.kh * self.kw
     }
 
     /// Output pixels per channel (the GEMM's N).
-    fn p(&self) -> usize {
+    pub(super) fn p(&self) -> usize {
         self.oh * self.ow
     }
 
@@ -124,7 +125,8 @@ pub(crate) fn scratch_elems(a: &Conv2dAttrs, inputs: &[BufView], out: &[usize]) 
     (g.cg > 1 && direct_input(&g, &inputs[0]).is_none()).then(|| g.k() * g.p())
 }
 
-/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]).
+/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]), `block_rows` output channels per
+/// GEMM call when given (the autotuner's choice), else the heuristic below.
 pub(crate) fn run(
     a: &Conv2dAttrs,
     inputs: &[BufView],
@@ -133,10 +135,11 @@ pub(crate) fn run(
     out_shape: &[usize],
     epi: &Epi,
     scratch: &mut Vec<f32>,
+    block_rows: Option<usize>,
 ) -> Result<()> {
     let g = Geom::new(a, inputs, out_shape)?;
     epi.check_rows(g.n * g.o)?;
-    let (x, w, bias) = (&inputs[0], &inputs[1], inputs.get(2));
+    let (x, w) = (&inputs[0], &inputs[1]);
     let px = ptrs[x.buf.index()] as *const f32;
     let pout = ptrs[out.index()] as *mut f32;
     let p = g.p();
@@ -153,36 +156,44 @@ pub(crate) fn run(
             (wdense.as_ptr(), g.k(), 1)
         }
     };
-    let bias: Vec<f32> = bias.map_or_else(Vec::new, |b| read_f32(ptrs, b));
+    // The bias as it lies when dense (the usual constant), else a copy.
+    let bias_copy: Vec<f32>;
+    let bias: Option<&[f32]> = match inputs.get(2) {
+        // SAFETY: the view was checked inside its buffer when the executable was built.
+        Some(b) if b.strides == [1] || g.o <= 1 => Some(unsafe {
+            std::slice::from_raw_parts((ptrs[b.buf.index()] as *const f32).add(b.offset), g.o)
+        }),
+        Some(b) => {
+            bias_copy = read_f32(ptrs, b);
+            Some(&bias_copy)
+        }
+        None => None,
+    };
     // The GEMM packs the right-hand side (the im2col matrix) on every call, so row blocks
     // must be tall for that to stay cheap: at least 128 rows, else the whole output at once.
-    let block = if epi.present() {
-        ((1usize << 18) / p.max(1)).max(128)
-    } else {
-        g.o.max(1)
+    let block = match block_rows {
+        Some(b) => b.max(1),
+        None if epi.present() => ((1usize << 18) / p.max(1)).max(128),
+        None => g.o.max(1),
     };
-    let add_bias = |rows: std::ops::Range<usize>, img: usize| {
-        if bias.is_empty() {
-            return;
-        }
-        for o in rows {
-            for i in 0..p {
-                // SAFETY: the output buffer holds n*O*P elements (checked when built).
-                unsafe {
-                    let d = pout.add((img * g.o + o) * p + i);
-                    d.write(d.read() + bias[o]);
-                }
-            }
-        }
+    // SAFETY (for every use below): the output buffer holds n*O*P elements (checked when the
+    // executable was built) and does not overlap any input (externs are never in place).
+    let out_rows = |row0: usize, rows: usize| unsafe {
+        std::slice::from_raw_parts_mut(pout.add(row0 * p), rows * p)
     };
     for img in 0..g.n {
         if g.cg == 1 {
+            let ops = DwOperands {
+                x,
+                px: px as usize,
+                pw: pw as usize,
+                w_rs,
+                w_cs,
+                bias,
+            };
             for o0 in (0..g.o).step_by(block) {
                 let o1 = (o0 + block).min(g.o);
-                for o in o0..o1 {
-                    direct_plane(&g, x, px, pw, w_rs, w_cs, img, o, pout);
-                }
-                add_bias(o0..o1, img);
+                depthwise(&g, &ops, img, o0..o1, out_rows(img * g.o + o0, o1 - o0));
                 epi.rows(img * g.o + o0, img * g.o + o1)?;
             }
             continue;
@@ -217,12 +228,35 @@ pub(crate) fn run(
                         rhs_cs,
                     )
                 };
-                add_bias(first..first + (o1 - o0), img);
+                if let Some(b) = bias {
+                    add_bias(
+                        out_rows(img * g.o + first, o1 - o0),
+                        &b[first..first + (o1 - o0)],
+                        p,
+                    );
+                }
                 epi.rows(img * g.o + first, img * g.o + first + (o1 - o0))?;
             }
         }
     }
     Ok(())
+}
+
+/// Adds `bias[r]` to every element of row `r` of `out` (rows of `p` elements).
+fn add_bias(out: &mut [f32], bias: &[f32], p: usize) {
+    if p == 0 {
+        return;
+    }
+    let add = |(row, &b): (&mut [f32], &f32)| row.iter_mut().for_each(|v| *v += b);
+    // Only big outputs are worth splitting over the pool (this pass is memory-bound).
+    if out.len() >= 1 << 16 {
+        out.par_chunks_exact_mut(p)
+            .with_min_len((1 << 14) / p + 1)
+            .zip(bias.par_iter())
+            .for_each(add);
+    } else {
+        out.chunks_exact_mut(p).zip(bias).for_each(add);
+    }
 }
 
 /// The elements of a (checked) f32 view, row-major.
@@ -237,91 +271,4 @@ fn read_f32(ptrs: &[*mut u8], v: &BufView) -> Vec<f32> {
     // SAFETY: the view was checked inside its buffer when the executable was built.
     layout.for_each_offset(|o| out.push(unsafe { raw::read::<f32>(base, o) }));
     out
-}
-
-/// The input position `o * stride + tap * dilation - pad` along one axis, when inside `0..len`.
-#[inline]
-fn pos(o: usize, stride: usize, tap: usize, dil: usize, pad: usize, len: usize) -> Option<usize> {
-    (o * stride + tap * dil)
-        .checked_sub(pad)
-        .filter(|&i| i < len)
-}
-
-/// Fills `col` (`[Cg*KH*KW, OH*OW]`) with the patches of one (image, group) whose first
-/// channel starts at element `x_off`: row `(c, i, j)` holds the input element kernel tap
-/// `(i, j)` of channel `c` sees at every output pixel (zero in the padding).
-fn im2col(g: &Geom, x: &BufView, px: *const f32, x_off: usize, col: &mut [f32]) {
-    let ([sh, sw], [dh, dw]) = (g.a.stride, g.a.dilation);
-    let (pt, pl) = (g.a.padding[0], g.a.padding[1]);
-    let (sc, sy, sx) = (x.strides[1], x.strides[2], x.strides[3]);
-    let p = g.p();
-    // Rows are independent: filled in parallel (im2col is memory-bound and was a third of a
-    // 3x3 conv's time on one thread). The address travels as usize (raw pointers are not Send).
-    let base = px as usize;
-    col.par_chunks_mut(p.max(1))
-        .enumerate()
-        .take(g.k())
-        .for_each(|(r, row)| {
-            let px = base as *const f32;
-            let (c, i, j) = (r / (g.kh * g.kw), (r / g.kw) % g.kh, r % g.kw);
-            for oy in 0..g.oh {
-                let dst = &mut row[oy * g.ow..(oy + 1) * g.ow];
-                let Some(iy) = pos(oy, sh, i, dh, pt, g.h) else {
-                    dst.fill(0.0);
-                    continue;
-                };
-                for (ox, d) in dst.iter_mut().enumerate() {
-                    *d = match pos(ox, sw, j, dw, pl, g.w) {
-                        // SAFETY: c < Cg, iy < H, ix < W: inside the checked input view.
-                        Some(ix) => unsafe { px.add(x_off + c * sc + iy * sy + ix * sx).read() },
-                        None => 0.0,
-                    };
-                }
-            }
-        });
-}
-
-/// Output plane `o` of image `img` for a conv with one input channel per group, directly.
-#[allow(clippy::too_many_arguments)]
-fn direct_plane(
-    g: &Geom,
-    x: &BufView,
-    px: *const f32,
-    pw: *const f32,
-    w_rs: usize,
-    w_cs: usize,
-    img: usize,
-    o: usize,
-    pout: *mut f32,
-) {
-    let ([sh, sw], [dh, dw]) = (g.a.stride, g.a.dilation);
-    let (pt, pl) = (g.a.padding[0], g.a.padding[1]);
-    let ch = o / g.og;
-    let x_off = x.offset + img * x.strides[0] + ch * x.strides[1];
-    let (sy, sx) = (x.strides[2], x.strides[3]);
-    for oy in 0..g.oh {
-        for ox in 0..g.ow {
-            let mut acc = 0.0f32;
-            for i in 0..g.kh {
-                let Some(iy) = pos(oy, sh, i, dh, pt, g.h) else {
-                    continue;
-                };
-                for j in 0..g.kw {
-                    let Some(ix) = pos(ox, sw, j, dw, pl, g.w) else {
-                        continue;
-                    };
-                    // SAFETY: inside the checked input and weight views.
-                    unsafe {
-                        acc += pw.add(o * w_rs + (i * g.kw + j) * w_cs).read()
-                            * px.add(x_off + iy * sy + ix * sx).read();
-                    }
-                }
-            }
-            // SAFETY: the output buffer holds n*O*P elements.
-            unsafe {
-                pout.add((img * g.o + o) * g.p() + oy * g.ow + ox)
-                    .write(acc)
-            };
-        }
-    }
 }

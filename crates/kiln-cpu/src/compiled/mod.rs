@@ -9,6 +9,7 @@
 
 mod autotune;
 mod conv;
+mod conv_direct;
 mod executable;
 mod interp;
 mod launch;

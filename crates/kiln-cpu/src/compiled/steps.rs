@@ -52,7 +52,7 @@ pub(crate) fn run_step(
             };
             match op {
                 ExternOp::MatMul => matmul::run(inputs, ptrs, *out, out_shape, &epi, tune.block_rows),
-                ExternOp::Conv2d(a) => conv::run(a, inputs, ptrs, *out, out_shape, &epi, scratch),
+                ExternOp::Conv2d(a) => conv::run(a, inputs, ptrs, *out, out_shape, &epi, scratch, tune.block_rows),
             }
         }
     }
