@@ -2,6 +2,8 @@
 //! search can pick (thread splits, GEMM row blocks, epilogue splits) computes what the
 //! reference interpreter does.
 
+mod hot_common;
+
 use kiln_cpu::compiled::{
     AutotuneOptions, Executable, InterpKernels, StepTuning, Tuning, autotune,
 };
@@ -10,19 +12,9 @@ use kiln_sched::{ScheduleOptions, StepKind, schedule};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Deterministic values in [-1, 1).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
+/// Deterministic f32 values in [-1, 1).
 fn tensor(shape: &[usize], seed: u64) -> HostTensor {
-    HostTensor::from_vec(values(shape.iter().product(), seed), shape).unwrap()
+    hot_common::rand::<f32>(shape, seed)
 }
 
 /// `relu(x @ w + b) * 0.5` summed over rows, and a conv + bias + relu: a matmul extern with an

@@ -3,29 +3,17 @@
 //! batches, non-contiguous inputs, odd and 1x1 outputs, relu/add epilogues) are scheduled
 //! with externs, run through `Executable` and compared with `kiln_cpu::run`.
 
+mod hot_common;
+
 use kiln_ir::{
     BinaryOp, Conv2dAttrs, DType, Graph, HostTensor, NodeId, Op, Shape, SliceAxis, TensorType,
     UnaryOp,
 };
 use kiln_sched::{ExternOp, ScheduleOptions, StepKind, schedule};
 
-/// Deterministic values in [-2, 2).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
-        .collect()
-}
-
+/// Deterministic f32 values in [-1, 1).
 fn tensor(shape: &[usize], seed: u64) -> HostTensor {
-    HostTensor::from_vec(values(shape.iter().product(), seed), shape).unwrap()
+    hot_common::rand::<f32>(shape, seed)
 }
 
 /// How the conv's input reaches it.
