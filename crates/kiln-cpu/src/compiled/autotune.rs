@@ -18,7 +18,8 @@ pub const MIN_GAIN: f64 = 0.03;
 pub struct AutotuneOptions {
     /// Wall time after which the remaining steps keep their heuristics.
     pub budget: Duration,
-    /// Timed repetitions per candidate (the median counts).
+    /// Timed repetitions per candidate (the fastest counts: other load on the machine only
+    /// ever adds time, so the minimum is the steadiest estimate of the step's own cost).
     pub reps: usize,
 }
 
@@ -35,9 +36,9 @@ pub struct StepResult {
     pub step: usize,
     /// What the step runs (kernel name, or the extern and its output shape).
     pub what: String,
-    /// Median microseconds under the heuristic.
+    /// Microseconds under the heuristic (fastest repetition).
     pub default_us: f64,
-    /// Median microseconds under the kept choice.
+    /// Microseconds under the kept choice (fastest repetition).
     pub best_us: f64,
     /// The kept choice (default when nothing beat the heuristic).
     pub best: StepTuning,
@@ -113,7 +114,7 @@ pub fn autotune(
     Ok((tuning, report))
 }
 
-/// Median microseconds of `reps` runs of step `i` under `tune` (after one untimed run).
+/// The fastest of `reps` runs of step `i` under `tune`, in microseconds (after one untimed run).
 fn time_step(run: &mut BoundRun, i: usize, tune: StepTuning, reps: usize) -> Result<f64> {
     run.step(i, tune)?;
     let mut t = Vec::with_capacity(reps.max(1));
@@ -122,8 +123,7 @@ fn time_step(run: &mut BoundRun, i: usize, tune: StepTuning, reps: usize) -> Res
         run.step(i, tune)?;
         t.push(s.elapsed().as_secs_f64() * 1e6);
     }
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
+    Ok(t.into_iter().fold(f64::INFINITY, f64::min))
 }
 
 /// The heuristic first, then the alternatives worth timing for step `i`.
