@@ -370,7 +370,10 @@ fn unary(op: UnaryOp, x: &str, dt: DType) -> Option<String> {
     }
     let f = dt != DType::F64;
     // libm's float functions for f32/f16/bf16 (computed in f32, as the interpreter), double
-    // ones for f64: the same glibc routines Rust's f32/f64 methods call.
+    // ones for f64: the same glibc routines Rust's f32/f64 methods call. Exp, Sigmoid, Erf and
+    // Erfc in f32 use the prelude's branch-free versions instead (a libm call per element
+    // keeps the loop scalar); they are within a few ulp of the interpreter (bounds in
+    // prelude.h), f64 stays exact.
     let m = |name: &str| {
         if f {
             format!("{name}f({x})")
@@ -383,7 +386,13 @@ fn unary(op: UnaryOp, x: &str, dt: DType) -> Option<String> {
         U::Neg => format!("-{x}"),
         U::Abs => m("fabs"),
         U::Sign => m("kc_sign"),
-        U::Exp => m("exp"),
+        U::Exp => {
+            if f {
+                format!("kc_expf_v({x})")
+            } else {
+                format!("exp({x})")
+            }
+        }
         U::Log => m("log"),
         U::Sqrt => m("sqrt"),
         U::Rsqrt => format!("{one} / {}", m("sqrt")),
@@ -402,7 +411,7 @@ fn unary(op: UnaryOp, x: &str, dt: DType) -> Option<String> {
         U::Atanh => m("kc_atanh"),
         U::Sigmoid => {
             if f {
-                format!("1.0f / (1.0f + expf(-{x}))")
+                format!("kc_sigmoidf({x})")
             } else {
                 format!("1.0 / (1.0 + exp(-{x}))")
             }
