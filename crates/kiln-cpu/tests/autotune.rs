@@ -103,6 +103,14 @@ fn every_candidate_and_the_winner_match_the_interpreter() {
     for s in &report.steps {
         assert!(s.candidates >= 2 && s.best_us <= s.default_us, "{s:?}");
     }
+    // Per-step winners are kept only when whole runs confirm them.
+    if tuning.tuned_steps() > 0 {
+        let (plain, tuned) = report.whole_us;
+        assert!(!report.rejected && tuned <= plain * (1.0 - kiln_cpu::compiled::MIN_GAIN), "{report:?}");
+    }
+    if report.rejected {
+        assert_eq!(tuning.tuned_steps(), 0);
+    }
     exe.set_tuning(tuning).unwrap();
     assert_close(&exe.run(&inputs()).unwrap(), &want, "the autotuned winner");
     // Every knob value the search may choose, forced on every step at once.

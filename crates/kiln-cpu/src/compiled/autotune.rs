@@ -2,7 +2,8 @@
 //! machine under a few candidate [`StepTuning`]s (thread splits of a launch; GEMM row blocks and
 //! epilogue splits of an extern) and the fastest kept. Steps are tuned in program order during
 //! one real run, so each step is timed on its true inputs. A candidate replaces the heuristic
-//! only when it beats it by [`MIN_GAIN`], so noise does not pick knobs.
+//! only when it beats it by [`MIN_GAIN`], so noise does not pick knobs; and the winners are kept
+//! only when whole runs with them beat whole runs without by as much.
 
 use super::executable::{BoundRun, Executable};
 use super::tuning::{StepTuning, Tuning};
@@ -12,6 +13,9 @@ use std::time::{Duration, Instant};
 
 /// A candidate must be this much faster than the heuristic to replace it.
 pub const MIN_GAIN: f64 = 0.03;
+
+/// Whole runs timed under each of the heuristics and the winners before the winners are kept.
+pub const WHOLE_RUNS: usize = 5;
 
 /// How hard the search tries.
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +57,12 @@ pub struct AutotuneReport {
     pub steps: Vec<StepResult>,
     /// True when the budget ran out before every step was tried.
     pub out_of_budget: bool,
+    /// Whole runs (fastest of [`WHOLE_RUNS`]) under the heuristics and under the per-step
+    /// winners, in microseconds, timed alternately after the search.
+    pub whole_us: (f64, f64),
+    /// True when the per-step winners did not make the whole run faster, so every step keeps
+    /// its heuristic (steps timed alone see warm caches that a whole run does not).
+    pub rejected: bool,
     /// Wall time of the search.
     pub seconds: f64,
 }
@@ -110,8 +120,27 @@ pub fn autotune(
         progress(i + 1, steps);
         run.step(i, best)
     })?;
+    if tuning.tuned_steps() > 0 {
+        let (mut plain, mut tuned) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..WHOLE_RUNS {
+            plain = plain.min(time_whole(exe, inputs, &Tuning::default())?);
+            tuned = tuned.min(time_whole(exe, inputs, &tuning)?);
+        }
+        report.whole_us = (plain, tuned);
+        if tuned > plain * (1.0 - MIN_GAIN) {
+            report.rejected = true;
+            tuning = Tuning { steps: vec![StepTuning::default(); steps] };
+        }
+    }
     report.seconds = start.elapsed().as_secs_f64();
     Ok((tuning, report))
+}
+
+/// Microseconds of one whole run of `exe` under `tuning`.
+fn time_whole(exe: &Executable, inputs: &[HostTensor], tuning: &Tuning) -> Result<f64> {
+    let s = Instant::now();
+    exe.run_with(inputs, |run, i| run.step(i, tuning.step(i)))?;
+    Ok(s.elapsed().as_secs_f64() * 1e6)
 }
 
 /// The fastest of `reps` runs of step `i` under `tune`, in microseconds (after one untimed run).

@@ -19,7 +19,7 @@ mod steps;
 mod tuning;
 mod views;
 
-pub use autotune::{AutotuneOptions, AutotuneReport, StepResult, autotune};
+pub use autotune::{AutotuneOptions, AutotuneReport, MIN_GAIN, StepResult, WHOLE_RUNS, autotune};
 pub use executable::Executable;
 pub use interp::InterpKernels;
 pub use launch::LaunchKernel;

@@ -56,8 +56,13 @@ pub(crate) fn tune(
         );
     }
     let (before, after) = report.totals_us();
+    let whole = match report.whole_us {
+        (p, t) if report.rejected => format!("; whole run {:.2} ms tuned vs {:.2} ms default, so the defaults are kept", t / 1e3, p / 1e3),
+        (p, t) if p > 0.0 => format!("; whole run {:.2} ms -> {:.2} ms", p / 1e3, t / 1e3),
+        _ => String::new(),
+    };
     let msg = format!(
-        "searched {} steps in {:.1} s{}: {} tuned, {:.2} ms -> {:.2} ms in the tuned steps",
+        "searched {} steps in {:.1} s{}: {} tuned, {:.2} ms -> {:.2} ms in the tuned steps{whole}",
         report.steps.len(),
         start.elapsed().as_secs_f64(),
         if report.out_of_budget { format!(" (budget of {:.0} s ran out; the rest keep their defaults)", budget.as_secs_f64()) } else { String::new() },
