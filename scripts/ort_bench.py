@@ -9,7 +9,6 @@ model with `kiln bench --json`'s fields; `compile_s` is the session creation (OR
 graph there), so it lines up with kiln's and torch.compile's compile time.
 """
 
-import argparse
 import json
 import os
 import time
@@ -18,7 +17,7 @@ import warnings
 import onnxruntime as ort
 import torch
 
-from pytorch_bench import build, record, time_passes
+from pytorch_bench import build, check, parser, record, time_passes
 
 OPSET = 17
 
@@ -102,20 +101,11 @@ def bench(name, args):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=["resnet50", "bert-base"])
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--iters", type=int, default=10, help="timed passes (kiln bench's default)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed passes after the first call")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra_op_num_threads (default: all cores)")
-    p.add_argument("--seed", type=int, default=0)
+    p = parser(os.cpu_count() or 1, "intra_op_num_threads (default: all cores)")
+    p.description = __doc__.splitlines()[0]
     p.add_argument("--onnx-dir", default="target/peers", help="where exported .onnx files are cached")
     args = p.parse_args()
-    if args.iters < 1:
-        raise SystemExit("error: --iters must be at least 1")
-    if args.threads < 1:
-        raise SystemExit("error: --threads must be at least 1")
+    check(args)
     # The export runs in torch; keep it on the same number of threads as the timed runs.
     torch.set_num_threads(args.threads)
     for name in args.models:

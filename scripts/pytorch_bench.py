@@ -127,22 +127,34 @@ def bench(name, args):
         return record(name, args, "pytorch", "torch.compile", params, first_call_s, times_ms, **extra)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(threads_default, threads_help):
+    """The flags every baseline script takes (ort_bench.py too), as `kiln bench` names them."""
+    p = argparse.ArgumentParser()
     p.add_argument("--models", nargs="+", default=["resnet50", "bert-base"])
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--iters", type=int, default=10, help="timed passes (kiln bench's default)")
     p.add_argument("--warmup", type=int, default=2, help="untimed passes after the first call")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=threads_default, help=threads_help)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compile", action="store_true", help="time torch.compile(model) (mode default) instead of eager")
-    args = p.parse_args()
+    return p
+
+
+def check(args):
+    """Refuses counts below one, as `kiln bench` does."""
     if args.iters < 1:
         raise SystemExit("error: --iters must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        raise SystemExit("error: --threads must be at least 1")
+
+
+def main():
+    p = parser(None, "torch.set_num_threads (default: torch's)")
+    p.description = __doc__.splitlines()[0]
+    p.add_argument("--compile", action="store_true", help="time torch.compile(model) (mode default) instead of eager")
+    args = p.parse_args()
+    check(args)
     if args.threads is not None:
-        if args.threads < 1:
-            raise SystemExit("error: --threads must be at least 1")
         torch.set_num_threads(args.threads)
     for name in args.models:
         print(json.dumps(bench(name, args)), flush=True)

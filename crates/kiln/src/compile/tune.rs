@@ -102,14 +102,15 @@ fn sample_inputs(exe: &Executable, shapes: &[Vec<usize>]) -> Result<Vec<HostTens
         .map(|(&id, shape)| {
             let n: usize = shape.iter().product();
             let dt = p.buffer(id).dtype;
-            let floats = HostTensor::from_vec((0..n).map(|i| ((i * 7919 % 2001) as f32) / 1000.0 - 1.0).collect::<Vec<f32>>(), shape)?;
-            if dt.is_float() {
-                kiln_cpu::eval(&kiln_ir::Op::Cast(dt), &[&floats])
-            } else if dt == DType::Bool {
-                HostTensor::from_vec(vec![false; n], shape)
-            } else {
-                kiln_cpu::eval(&kiln_ir::Op::Cast(dt), &[&HostTensor::from_vec(vec![0i64; n], shape)?])
+            if dt == DType::Bool {
+                return HostTensor::from_vec(vec![false; n], shape);
             }
+            let values = if dt.is_float() {
+                HostTensor::from_vec((0..n).map(|i| ((i * 7919 % 2001) as f32) / 1000.0 - 1.0).collect::<Vec<f32>>(), shape)?
+            } else {
+                HostTensor::from_vec(vec![0i64; n], shape)?
+            };
+            kiln_cpu::eval(&kiln_ir::Op::Cast(dt), &[&values])
         })
         .collect()
 }
