@@ -183,6 +183,10 @@ pub struct BenchArgs {
     /// Print one JSON object per model on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Compiled modes: after timing, print the N steps that take longest (each step's median
+    /// over the timed passes) on stderr.
+    #[arg(long, value_name = "N")]
+    pub profile: Option<usize>,
 }
 
 /// Float dtypes a model can be built in.

@@ -19,6 +19,9 @@ pub fn bench_compiled(name: &str, args: &BenchArgs, threads: usize) -> CliResult
         let (secs, peak_bytes) = measured(|| Ok(compiled.run(&m.inputs)?))?;
         Ok(Pass { secs, kernels, peak_bytes })
     })?;
+    if let Some(top) = args.profile {
+        print_profile(name, &compiled, &m.inputs, args.iters as usize, top)?;
+    }
     let dtype = m.inputs.iter().map(|t| t.dtype()).find(|d| d.is_float()).unwrap_or(args.model_args.dtype.dtype());
     Ok(BenchRecord {
         model: m.name.clone(),
@@ -42,4 +45,31 @@ pub fn bench_compiled(name: &str, args: &BenchArgs, threads: usize) -> CliResult
         cache: report.cache.clone(),
         autotune: report.autotune.clone(),
     })
+}
+
+/// Prints the `top` slowest steps (median over `runs` profiled runs) on stderr.
+fn print_profile(
+    name: &str,
+    compiled: &kiln::compile::Compiled,
+    inputs: &[kiln_ir::HostTensor],
+    runs: usize,
+    top: usize,
+) -> CliResult<()> {
+    let Some((mut steps, whole)) = compiled.profile(inputs, runs)? else {
+        eprintln!("{name}: nothing compiled (eager fallback), no steps to profile");
+        return Ok(());
+    };
+    let sum: std::time::Duration = steps.iter().map(|s| s.median).sum();
+    steps.sort_by(|a, b| b.median.cmp(&a.median));
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    eprintln!(
+        "{name}: {} steps, median run {:.2} ms, sum of step medians {:.2} ms; slowest {top}:",
+        steps.len(),
+        ms(whole),
+        ms(sum)
+    );
+    for s in steps.iter().take(top) {
+        eprintln!("  {:8.3} ms {:5.1}%  step {:3}  {}", ms(s.median), 100.0 * ms(s.median) / ms(sum).max(1e-9), s.step, s.what);
+    }
+    Ok(())
 }

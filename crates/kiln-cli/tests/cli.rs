@@ -114,6 +114,20 @@ fn compiled_bench_reports_compile_time_and_fewer_kernels_and_cuda_exits_2() {
     assert!(tuned["autotune"].as_str().is_some_and(|a| a.starts_with("searched")), "{tuned}");
     let tuned = bench("max-autotune");
     assert!(tuned["autotune"].as_str().is_some_and(|a| a.starts_with("tuning from the cache")), "{tuned}");
+    // --profile lists the slowest steps on stderr, leaving the JSON on stdout alone.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "resnet18", "--mode", "default", "--iters", "2", "--warmup", "0", "--json", "--profile", "3"])
+        .env("KILN_CACHE_DIR", &cache)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("steps, median run") && err.contains("slowest 3:"), "{err}");
+    let listed: Vec<&str> = err.lines().filter(|l| l.contains(" ms ") && l.contains("step ")).collect();
+    assert_eq!(listed.len(), 3, "{err}");
+    let kinds = ["conv2d ", "matmul ", "kernel ", "eval "];
+    assert!(listed.iter().all(|l| kinds.iter().any(|k| l.contains(k))), "{err}");
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap();
     let _ = std::fs::remove_dir_all(&cache);
     let o = kiln(&["bench", "resnet18", "--device", "cuda"]);
     let err = assert_clean_failure(&o, 2);

@@ -137,3 +137,25 @@ fn a_zero_budget_keeps_every_heuristic() {
     assert_eq!(tuning.tuned_steps(), 0);
     assert!(report.steps.is_empty());
 }
+
+#[test]
+fn profile_times_every_step_and_describes_the_externs() {
+    let g = graph();
+    let (program, _) = schedule(&g, &ScheduleOptions { fuse: true, externs: true }).unwrap();
+    let exe = Executable::new(program.clone(), Arc::new(InterpKernels)).unwrap();
+    let (steps, whole) = kiln_cpu::compiled::profile(&exe, &inputs(), 3).unwrap();
+    assert_eq!(steps.len(), program.steps.len());
+    for (i, s) in steps.iter().enumerate() {
+        assert_eq!(s.step, i);
+        let want = match &program.steps[i].kind {
+            StepKind::Kernel { .. } => "kernel ",
+            StepKind::Extern { op: kiln_sched::ExternOp::MatMul, .. } => "matmul [[300, 40], [40, 24]]",
+            StepKind::Extern { .. } => "conv2d s[1, 1] [[1, 3, 20, 20], [130, 3, 3, 3], [130]] -> [1, 130, 20, 20]",
+            StepKind::Eval { .. } => "eval ",
+        };
+        assert!(s.what.starts_with(want), "step {i}: {} (want {want})", s.what);
+    }
+    // Steps are timed inside the runs, so together they cannot take longer than a run.
+    let sum: Duration = steps.iter().map(|s| s.median).sum();
+    assert!(whole > Duration::ZERO && sum <= whole * 3, "sum {sum:?} vs run {whole:?}");
+}

@@ -1,5 +1,6 @@
-//! BatchNorm folding into Conv2d and MatMul, with random parameters, against the reference
-//! interpreter on the unfolded graph; and the cases that must not fold.
+//! BatchNorm folding into a per-channel multiply-add (and a conv's bias into its shift), with
+//! random parameters, against the reference interpreter on the unfolded graph; and the cases
+//! that must not fold.
 
 mod common;
 
@@ -8,7 +9,7 @@ use kiln_ir::{
     BinaryOp, Conv2dAttrs, DType, Graph, HostTensor, NodeId, Op, Shape, TensorType, UnaryOp, verify,
 };
 use kiln_opt::Pass;
-use kiln_opt::passes::{BnFold, Dce, Fold};
+use kiln_opt::passes::{BnFold, Dce};
 
 /// Adds BatchNorm params `[c]` (scale, bias, mean, var > 0) as constants and the BN node.
 fn bn(g: &mut Graph, rng: &mut Rng, x: NodeId, c: usize) -> NodeId {
@@ -53,17 +54,19 @@ fn conv_bn(seed: u64, groups: usize, with_bias: bool) -> (Graph, Vec<HostTensor>
 }
 
 #[test]
-fn conv_bn_folds_into_one_conv() {
+fn conv_bn_folds_into_a_multiply_add_and_drops_the_conv_bias() {
     for (seed, groups, with_bias) in [(1, 1, false), (2, 1, true), (3, 2, true), (4, 2, false)] {
         let (g, inputs) = conv_bn(seed, groups, with_bias);
         let out = fold(&g);
         assert_eq!(count(&out, "batch_norm"), 0, "{out}");
         assert_eq!(count(&out, "conv2d"), 1);
-        assert_eq!(
-            out.consts.len(),
-            2,
-            "only the folded weight and bias remain"
-        );
+        assert_eq!((count(&out, "mul"), count(&out, "add")), (1, 1), "{out}");
+        let conv = out.nodes.iter().find(|n| n.op.name() == "conv2d").unwrap();
+        assert_eq!(conv.inputs.len(), 2, "the bias moved into the shift: {out}");
+        assert_eq!(out.consts.len(), 3, "the weight, the scale and the shift remain");
+        // The weight is the source's own tensor, not a rescaled copy.
+        let w_src = g.consts.iter().find(|t| t.shape().len() == 4).unwrap();
+        assert!(out.consts.iter().any(|t| std::sync::Arc::ptr_eq(t, w_src)), "weight copied");
         let err = max_rel_err(&g, &out, &inputs);
         assert!(err < 1e-5, "seed {seed} groups {groups}: max rel err {err}");
     }
@@ -146,16 +149,17 @@ fn matmul_bn_folds_with_and_without_bias() {
         let out = fold(&g);
         assert_eq!(count(&out, "batch_norm"), 0, "{out}");
         assert_eq!(count(&out, "matmul"), 1);
-        assert_eq!(count(&out, "add"), 1);
+        assert_eq!(count(&out, "mul"), 1);
+        assert_eq!(count(&out, "add"), 1 + bias.is_some() as usize);
         let err = max_rel_err(&g, &out, &[rand_f32(&mut rng, &[n, k], -1.0, 1.0)]);
         assert!(err < 1e-5, "bias {bias:?}: max rel err {err}");
     }
 }
 
 #[test]
-fn bn_is_not_folded_when_the_conv_output_is_used_elsewhere() {
+fn conv_bias_stays_when_the_conv_output_is_used_elsewhere() {
     let (mut g, inputs) = conv_bn(5, 1, true);
-    // The conv output also feeds a second output: folding would change that value.
+    // The conv output also feeds a second output: its bias must stay in the conv.
     let conv = NodeId(
         g.nodes
             .iter()
@@ -164,8 +168,12 @@ fn bn_is_not_folded_when_the_conv_output_is_used_elsewhere() {
     );
     g.output(conv);
     let out = fold(&g);
-    assert_eq!(count(&out, "batch_norm"), 1);
-    assert_eq!(max_rel_err(&g, &out, &inputs), 0.0);
+    assert_eq!(count(&out, "batch_norm"), 0);
+    assert_eq!(count(&out, "conv2d"), 1);
+    let c = out.nodes.iter().find(|n| n.op.name() == "conv2d").unwrap();
+    assert_eq!(c.inputs.len(), 3, "{out}");
+    let err = max_rel_err(&g, &out, &inputs);
+    assert!(err < 1e-5, "max rel err {err}");
 
     // Params that are not constants: no folding.
     let mut rng = Rng(6);
@@ -194,7 +202,7 @@ fn bn_is_not_folded_when_the_conv_output_is_used_elsewhere() {
     g.output(z);
     assert_eq!(count(&fold(&g), "batch_norm"), 1);
 
-    // A conv whose weight is a graph input: no folding.
+    // A conv whose weight is a graph input: the BatchNorm still becomes a multiply-add.
     let mut g = Graph::new();
     let x = g.input(
         "x",
@@ -217,131 +225,70 @@ fn bn_is_not_folded_when_the_conv_output_is_used_elsewhere() {
         .unwrap();
     let z = bn(&mut g, &mut rng, y, 3);
     g.output(z);
-    assert_eq!(count(&fold(&g), "batch_norm"), 1);
-}
-
-/// The folded constant of `out` with `shape` (the conv weight), as f32 values.
-fn const_of_shape(out: &Graph, shape: &[usize]) -> Vec<f32> {
-    let found: Vec<&HostTensor> = out
-        .consts
-        .iter()
-        .map(|t| t.as_ref())
-        .filter(|t| t.shape() == shape)
-        .collect();
-    assert_eq!(found.len(), 1, "one constant of shape {shape:?}");
-    found[0].to_vec::<f32>().unwrap()
-}
-
-/// BatchNorm params with a very different scale per channel, so a weight row multiplied by
-/// a neighbour's factor (a wrong channel stride, `o / groups` for `o`) shows in the bits.
-fn distinct_bn(g: &mut Graph, x: NodeId, c: usize) -> (NodeId, Vec<f64>) {
-    let scale: Vec<f32> = (0..c)
-        .map(|k| (k as f32 + 1.0) * if k % 2 == 0 { 1.0 } else { -0.75 })
-        .collect();
-    let bias: Vec<f32> = (0..c).map(|k| 0.25 * k as f32 - 0.5).collect();
-    let mean: Vec<f32> = (0..c).map(|k| 0.1 * k as f32).collect();
-    let var: Vec<f32> = (0..c).map(|k| 0.5 + 0.3 * k as f32).collect();
-    let eps = 1e-5;
-    // The factor the pass must use: computed in f64 from the f32 params.
-    let s = (0..c)
-        .map(|k| scale[k] as f64 / (var[k] as f64 + eps).sqrt())
-        .collect();
-    let p: Vec<NodeId> = [scale, bias, mean, var]
-        .into_iter()
-        .map(|v| g.constant(HostTensor::from_vec(v, &[c]).unwrap()))
-        .collect();
-    let z = g
-        .add(Op::BatchNorm { eps }, &[x, p[0], p[1], p[2], p[3]])
-        .unwrap();
-    (z, s)
+    let out = fold(&g);
+    assert_eq!(count(&out, "batch_norm"), 0);
+    let ins = [rand_f32(&mut rng, &[1, 2, 4, 4], -1.0, 1.0), rand_f32(&mut rng, &[3, 2, 1, 1], -1.0, 1.0)];
+    let err = max_rel_err(&g, &out, &ins);
+    assert!(err < 1e-5, "max rel err {err}");
 }
 
 #[test]
-fn grouped_conv_weight_is_scaled_per_output_channel_bit_exactly() {
+fn scale_and_shift_are_computed_in_f64_per_channel_bit_exactly() {
+    // Params very different per channel, so a value of the wrong channel shows in the bits;
+    // a grouped conv with a bias, which moves into the shift.
     let mut rng = Rng(21);
     let (n, c, o, groups, h) = (1, 6, 9, 3, 5);
     let mut g = Graph::new();
-    let x = g.input(
-        "x",
-        TensorType::new(DType::F32, Shape::fixed(&[n, c, h, h])),
-    );
-    let w = rand_f32(&mut rng, &[o, c / groups, 3, 3], -1.0, 1.0);
-    let wv = w.to_vec::<f32>().unwrap();
-    let wid = g.constant(w);
-    let attrs = Conv2dAttrs {
-        stride: [1, 1],
-        padding: [1; 4],
-        dilation: [1, 1],
-        groups,
-    };
-    let y = g.add(Op::Conv2d(attrs), &[x, wid]).unwrap();
-    let (z, s) = distinct_bn(&mut g, y, o);
-    g.output(z);
+    let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[n, c, h, h])));
+    let w = g.constant(rand_f32(&mut rng, &[o, c / groups, 3, 3], -1.0, 1.0));
+    let b: Vec<f32> = (0..o).map(|k| 0.5 - 0.125 * k as f32).collect();
+    let bid = g.constant(HostTensor::from_vec(b.clone(), &[o]).unwrap());
+    let attrs = Conv2dAttrs { stride: [1, 1], padding: [1; 4], dilation: [1, 1], groups };
+    let y = g.add(Op::Conv2d(attrs), &[x, w, bid]).unwrap();
+    let scale: Vec<f32> = (0..o).map(|k| (k as f32 + 1.0) * if k % 2 == 0 { 1.0 } else { -0.75 }).collect();
+    let bias: Vec<f32> = (0..o).map(|k| 0.25 * k as f32 - 0.5).collect();
+    let mean: Vec<f32> = (0..o).map(|k| 0.1 * k as f32).collect();
+    let var: Vec<f32> = (0..o).map(|k| 0.5 + 0.3 * k as f32).collect();
+    let eps = 1e-5;
+    let p: Vec<NodeId> = [&scale, &bias, &mean, &var]
+        .into_iter()
+        .map(|v| g.constant(HostTensor::from_vec(v.clone(), &[o]).unwrap()))
+        .collect();
+    let z = g.add(Op::BatchNorm { eps }, &[y, p[0], p[1], p[2], p[3]]).unwrap();
+    let r = g.add(Op::Unary(UnaryOp::Relu), &[z]).unwrap();
+    g.output(r);
     let out = fold(&g);
     assert_eq!(count(&out, "batch_norm"), 0, "{out}");
-    let got = const_of_shape(&out, &[o, c / groups, 3, 3]);
-    let row = wv.len() / o;
-    for (i, (&w, &f)) in wv.iter().zip(&got).enumerate() {
-        let want = (w as f64 * s[i / row]) as f32;
-        assert_eq!(
-            f.to_bits(),
-            want.to_bits(),
-            "weight element {i} (channel {})",
-            i / row
-        );
+    let consts: Vec<Vec<f32>> = out
+        .consts
+        .iter()
+        .filter(|t| t.shape() == [o, 1, 1])
+        .map(|t| t.to_vec::<f32>().unwrap())
+        .collect();
+    assert_eq!(consts.len(), 2, "a scale and a shift of shape [C, 1, 1]: {out}");
+    for k in 0..o {
+        let s = scale[k] as f64 / (var[k] as f64 + eps).sqrt();
+        let t = bias[k] as f64 - mean[k] as f64 * s + b[k] as f64 * s;
+        assert!(consts.iter().any(|v| v[k].to_bits() == (s as f32).to_bits()), "scale of channel {k}");
+        assert!(consts.iter().any(|v| v[k].to_bits() == (t as f32).to_bits()), "shift of channel {k}");
     }
     let err = max_rel_err(&g, &out, &[rand_f32(&mut rng, &[n, c, h, h], -1.0, 1.0)]);
     assert!(err < 1e-5, "max rel err {err}");
 }
 
 #[test]
-fn permuted_weight_of_a_grouped_conv_folds_after_fold_materialises_it() {
-    // The weight is stored [kh, kw, i, o] and permuted to [o, i, kh, kw]: a strided view,
-    // which fold turns into a dense constant (it is small) before bn_fold scales it.
-    let mut rng = Rng(22);
-    let (n, c, o, groups, h) = (2, 6, 6, 3, 6);
-    let mut g = Graph::new();
-    let x = g.input(
-        "x",
-        TensorType::new(DType::F32, Shape::fixed(&[n, c, h, h])),
-    );
-    let stored = rand_f32(&mut rng, &[2, 2, c / groups, o], -1.0, 1.0);
-    let sv = stored.to_vec::<f32>().unwrap();
-    let wc = g.constant(stored);
-    let w = g.add(Op::Permute(vec![3, 2, 0, 1]), &[wc]).unwrap();
-    let attrs = Conv2dAttrs {
-        stride: [1, 2],
-        padding: [0, 1, 1, 0],
-        dilation: [1, 1],
-        groups,
-    };
-    let y = g.add(Op::Conv2d(attrs), &[x, w]).unwrap();
-    let (z, s) = distinct_bn(&mut g, y, o);
-    let r = g.add(Op::Unary(UnaryOp::Relu), &[z]).unwrap();
-    g.output(r);
-    let out = Dce
-        .run(&BnFold.run(&Fold.run(&g).unwrap()).unwrap())
-        .unwrap();
-    verify(&out).unwrap();
-    assert_eq!(count(&out, "batch_norm"), 0, "{out}");
-    assert_eq!(count(&out, "permute"), 0, "{out}");
-    let got = const_of_shape(&out, &[o, c / groups, 2, 2]);
-    let ci = c / groups;
-    for oc in 0..o {
-        for i in 0..ci {
-            for kh in 0..2 {
-                for kw in 0..2 {
-                    let w = sv[((kh * 2 + kw) * ci + i) * o + oc];
-                    let f = got[((oc * ci + i) * 2 + kh) * 2 + kw];
-                    assert_eq!(
-                        f.to_bits(),
-                        ((w as f64 * s[oc]) as f32).to_bits(),
-                        "o {oc} i {i} k {kh},{kw}"
-                    );
-                }
-            }
-        }
+fn rank_2_batch_norm_scales_by_a_vector_and_rank_3_by_a_column() {
+    for dims in [vec![4usize, 5], vec![2, 5, 7]] {
+        let mut rng = Rng(31);
+        let mut g = Graph::new();
+        let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&dims)));
+        let z = bn(&mut g, &mut rng, x, 5);
+        g.output(z);
+        let out = fold(&g);
+        assert_eq!(count(&out, "batch_norm"), 0, "{out}");
+        let want: &[usize] = if dims.len() == 2 { &[5] } else { &[5, 1] };
+        assert_eq!(out.consts.iter().filter(|t| t.shape() == want).count(), 2, "scale and shift {want:?}: {out}");
+        let err = max_rel_err(&g, &out, &[rand_f32(&mut rng, &dims, -1.0, 1.0)]);
+        assert!(err < 1e-5, "{dims:?}: max rel err {err}");
     }
-    let err = max_rel_err(&g, &out, &[rand_f32(&mut rng, &[n, c, h, h], -1.0, 1.0)]);
-    assert!(err < 1e-5, "max rel err {err}");
 }

@@ -14,6 +14,7 @@ mod executable;
 mod interp;
 mod launch;
 mod matmul;
+mod profile;
 mod raw;
 mod steps;
 mod tuning;
@@ -23,6 +24,7 @@ pub use autotune::{AutotuneOptions, AutotuneReport, MIN_GAIN, StepResult, WHOLE_
 pub use executable::Executable;
 pub use interp::InterpKernels;
 pub use launch::LaunchKernel;
+pub use profile::{StepTime, profile};
 pub use tuning::{StepTuning, Tuning};
 
 use kiln_ir::{HostTensor, Result};

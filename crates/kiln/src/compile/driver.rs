@@ -44,6 +44,19 @@ impl Compiled {
         }
     }
 
+    /// Times every step over `runs` runs (see [`kiln_cpu::compiled::profile`]); `None` when
+    /// this runs eagerly (nothing was compiled).
+    pub fn profile(
+        &self,
+        inputs: &[HostTensor],
+        runs: usize,
+    ) -> Result<Option<(Vec<kiln_cpu::compiled::StepTime>, std::time::Duration)>> {
+        match &self.runner {
+            Runner::Eager(_) => Ok(None),
+            Runner::Program(exe) => kiln_cpu::compiled::profile(exe, inputs, runs).map(Some),
+        }
+    }
+
     /// What the compile did.
     pub fn report(&self) -> &CompileReport {
         &self.report

@@ -1,0 +1,64 @@
+//! Per-step timing of an executable (`kiln bench --profile`): where a run's time goes.
+
+use super::executable::Executable;
+use kiln_ir::{HostTensor, Result};
+use kiln_sched::{ExternOp, StepKind};
+use std::time::{Duration, Instant};
+
+/// One step's share of a run.
+#[derive(Clone, Debug)]
+pub struct StepTime {
+    /// Index in the program.
+    pub step: usize,
+    /// What the step is: `kernel NAME`, `matmul [..] x [..]`, `conv2d ..`, `eval OP`.
+    pub what: String,
+    /// Median time of the step over the profiled runs.
+    pub median: Duration,
+}
+
+/// Runs `exe` on `inputs` `runs` times (at least 1) timing every step; returns each step's
+/// median and the median whole run (steps timed back to back, so their sum is close to it).
+pub fn profile(exe: &Executable, inputs: &[HostTensor], runs: usize) -> Result<(Vec<StepTime>, Duration)> {
+    let p = exe.program();
+    let runs = runs.max(1);
+    let mut per_step = vec![Vec::with_capacity(runs); p.steps.len()];
+    let mut whole = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        exe.run_with(inputs, |run, i| {
+            let t = Instant::now();
+            run.step(i, exe.tuning().step(i))?;
+            per_step[i].push(t.elapsed());
+            Ok(())
+        })?;
+        whole.push(start.elapsed());
+    }
+    let steps = per_step
+        .into_iter()
+        .enumerate()
+        .map(|(i, times)| StepTime { step: i, what: describe(&p.steps[i].kind), median: median(times) })
+        .collect();
+    Ok((steps, median(whole)))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// A one-line description of a step.
+fn describe(k: &StepKind) -> String {
+    match k {
+        StepKind::Kernel { kernel, .. } => format!("kernel {}", kernel.name),
+        StepKind::Eval { op, out_shape, .. } => format!("eval {} -> {out_shape:?}", op.name()),
+        StepKind::Extern { op, inputs, out_shape, epilogue, .. } => {
+            let shapes: Vec<&[usize]> = inputs.iter().map(|v| &v.shape[..]).collect();
+            let name = match op {
+                ExternOp::MatMul => "matmul".to_string(),
+                ExternOp::Conv2d(a) => format!("conv2d s{:?}", a.stride),
+            };
+            let epi = epilogue.as_ref().map(|e| format!(" + {}", e.kernel.name)).unwrap_or_default();
+            format!("{name} {shapes:?} -> {out_shape:?}{epi}")
+        }
+    }
+}
