@@ -240,3 +240,65 @@ fn unsupported_symbolic_attention_is_an_error() {
     let e = decompose(&g).unwrap_err().to_string();
     assert!(e.contains("causal") && e.contains("fixed sequence"), "{e}");
 }
+
+/// True when the decomposition of a one-node `op` graph still holds a pool2d node.
+fn keeps_pool(op: &Op, x: &HostTensor) -> bool {
+    let mut g = Graph::new();
+    let i = g.input("x", TensorType::new(x.dtype(), x.ir_shape()));
+    let y = g.add(op.clone(), &[i]).unwrap();
+    g.output(y);
+    decompose(&g).unwrap().nodes.iter().any(|n| matches!(n.op, Op::Pool2d(_)))
+}
+
+#[test]
+fn max_pool_becomes_max_of_strided_taps_exactly() {
+    let mut rng = Rng(77);
+    let pool = |kernel, stride, padding, dilation, ceil_mode| {
+        Op::Pool2d(Pool2dAttrs { kind: PoolKind::Max, kernel, stride, padding, dilation, ceil_mode })
+    };
+    let cases = [
+        // ResNet's stem pool, unpadded, asymmetric padding, dilation, ceil mode reaching past
+        // the bottom/right padding, a window wider than the input with padding, 1x1.
+        (pool([3, 3], [2, 2], [1, 1, 1, 1], [1, 1], false), vec![2, 3, 9, 8]),
+        (pool([2, 2], [2, 2], [0; 4], [1, 1], false), vec![1, 2, 6, 7]),
+        (pool([3, 2], [1, 2], [1, 0, 0, 1], [1, 1], false), vec![1, 3, 5, 6]),
+        (pool([2, 3], [2, 1], [1, 1, 1, 1], [2, 2], false), vec![1, 2, 7, 7]),
+        (pool([3, 3], [2, 2], [1, 1, 1, 1], [1, 1], true), vec![1, 2, 8, 6]),
+        (pool([4, 4], [1, 1], [2, 2, 2, 2], [1, 1], false), vec![1, 1, 3, 3]),
+        (pool([1, 1], [2, 3], [0; 4], [1, 1], true), vec![2, 1, 5, 7]),
+    ];
+    for (op, shape) in &cases {
+        for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            let mut x = random(&mut rng, d, shape, 3.0);
+            if d == DType::F32 {
+                // NaN wins over everything, -inf and +inf pass through.
+                let mut v = x.to_f64_vec();
+                v[0] = f64::NAN;
+                let n = v.len();
+                v[n / 2] = f64::INFINITY;
+                v[n - 1] = f64::NEG_INFINITY;
+                x = tensor(d, &v, shape);
+            }
+            assert!(!keeps_pool(op, &x), "{op:?} {d} was not decomposed");
+            check(op.clone(), &[x], 0.0);
+        }
+        // A non-contiguous input (a transposed view) decomposes the same.
+        let t = random(&mut rng, DType::F32, &[shape[0], shape[1], shape[3], shape[2]], 1.0);
+        let t = t.with_layout(t.layout.permute(&[0, 1, 3, 2]).unwrap());
+        check(op.clone(), &[t], 0.0);
+    }
+    // Kept as one op: average pools, integer inputs, windows of more than 16 taps, empty outputs.
+    let x = random(&mut rng, DType::F32, &[1, 1, 9, 9], 1.0);
+    let avg = Op::Pool2d(Pool2dAttrs {
+        kind: PoolKind::Avg { count_include_pad: true },
+        kernel: [2, 2],
+        stride: [1, 1],
+        padding: [0; 4],
+        dilation: [1, 1],
+        ceil_mode: false,
+    });
+    assert!(keeps_pool(&avg, &x));
+    assert!(keeps_pool(&pool([5, 5], [1, 1], [0; 4], [1, 1], false), &x));
+    assert!(keeps_pool(&pool([2, 2], [1, 1], [0; 4], [1, 1], false), &tensor(DType::I32, &[1.0; 9], &[1, 1, 3, 3])));
+    assert!(keeps_pool(&pool([2, 2], [1, 1], [0; 4], [1, 1], false), &random(&mut rng, DType::F32, &[0, 2, 4, 4], 1.0)));
+}

@@ -1,6 +1,8 @@
 //! Decomposition of composite ops into primitives. Softmax, LogSoftmax, LayerNorm, BatchNorm,
 //! Gelu and Attention become unary/binary/reduce/movement/matmul/where/cast nodes, so the
 //! scheduler only needs to fuse primitives (and re-discovers the composites as fusion groups).
+//! A float max pool with a small window becomes the max of its taps, each a strided slice of
+//! the input padded with -inf: views and pointwise ops, which fuse into one kernel.
 //! Half-precision inputs (f16, bf16) are computed in f32 and cast back, as the direct kernels do.
 
 use crate::{
@@ -58,6 +60,10 @@ pub fn decompose(graph: &Graph) -> Result<Graph> {
     Ok(b.g)
 }
 
+/// Windows of more taps than this stay one max-pool op (the reference kernel), as a max chain
+/// that long would be slower than it.
+const MAX_POOL_TAPS: usize = 16;
+
 /// The graph being built, with scalar constants shared by (dtype, value bits).
 struct Builder {
     g: Graph,
@@ -82,6 +88,9 @@ impl Builder {
                 | Op::Gelu { .. }
                 | Op::Attention { .. }
         );
+        if let Op::Pool2d(p) = op {
+            return self.max_pool(args[0], p);
+        }
         if !is_composite {
             return Ok(None);
         }
@@ -100,6 +109,53 @@ impl Builder {
         };
         let y = if up { self.g.add(Op::Cast(out_ty.dtype), &[y])? } else { y };
         Ok(Some(y))
+    }
+
+    /// A float max pool of at most [`MAX_POOL_TAPS`] taps on a fixed NCHW shape as `max` over
+    /// the taps, tap `(i, j)` being rows `i*dh, i*dh + sh, ..` and columns `j*dw, ..` of the
+    /// input padded with -inf (top/left as the op says, bottom/right as far as the last
+    /// window reaches, which covers ceil mode); `None` for any other pool. NaN wins in `max`
+    /// as in the pool.
+    fn max_pool(&mut self, x: NodeId, p: &crate::Pool2dAttrs) -> Result<Option<NodeId>> {
+        let ty = self.g.ty(x).clone();
+        let out = crate::infer::infer(&Op::Pool2d(*p), &[&ty])?;
+        let (Some(&[n, c, h, w]), Some(&[_, _, oh, ow])) = (ty.shape.as_fixed().as_deref(), out.shape.as_fixed().as_deref())
+        else {
+            return Ok(None);
+        };
+        let [kh, kw] = p.kernel;
+        if p.kind != crate::PoolKind::Max || !ty.dtype.is_float() || kh * kw > MAX_POOL_TAPS || n * c * oh * ow == 0 {
+            return Ok(None);
+        }
+        let ([sh, sw], [dh, dw]) = (p.stride, p.dilation);
+        let reach = |o: usize, s: usize, k: usize, d: usize| (o - 1) * s + (k - 1) * d + 1;
+        let (bottom, right) = (
+            reach(oh, sh, kh, dh).saturating_sub(h + p.padding[0]),
+            reach(ow, sw, kw, dw).saturating_sub(w + p.padding[1]),
+        );
+        let xp = if p.padding[0] + p.padding[1] + bottom + right > 0 {
+            let pads = vec![(0, 0), (0, 0), (p.padding[0], bottom), (p.padding[1], right)];
+            self.g.add(Op::Pad { pads, mode: crate::PadMode::Constant(f64::NEG_INFINITY) }, &[x])?
+        } else {
+            x
+        };
+        let axis = |first: usize, s: usize, o: usize| crate::SliceAxis {
+            start: first as i64,
+            end: (first + (o - 1) * s + 1) as i64,
+            step: s as i64,
+        };
+        let mut acc: Option<NodeId> = None;
+        for i in 0..kh {
+            for j in 0..kw {
+                let full = crate::SliceAxis::FULL;
+                let tap = self.g.add(Op::Slice(vec![full, full, axis(i * dh, sh, oh), axis(j * dw, sw, ow)]), &[xp])?;
+                acc = Some(match acc {
+                    Some(a) => self.bin(BinaryOp::Max, a, tap)?,
+                    None => tap,
+                });
+            }
+        }
+        Ok(acc)
     }
 
     /// Casts f16/bf16 arguments to f32 (returns whether it did).
