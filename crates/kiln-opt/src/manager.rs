@@ -1,7 +1,7 @@
 //! The pass manager: runs the passes in their fixed order, logs and times each one, and checks
 //! the graph after each so a broken pass is named where it breaks.
 
-use crate::passes::{BnFold, Cse, Dce, Decompose, Fold, Layout, Pass, Simplify};
+use crate::passes::{BnFold, Cse, Dce, Decompose, Fold, Layout, MergeMatmuls, Pass, Simplify};
 use kiln_ir::{Error, Graph, Result};
 use std::time::Instant;
 
@@ -10,7 +10,7 @@ pub const DISABLE_ENV: &str = "KILN_DISABLE_PASSES";
 
 /// The names of every pass, as `KILN_DISABLE_PASSES` and [`OptOptions::disabled`] accept them.
 pub fn pass_names() -> &'static [&'static str] {
-    &["fold", "simplify", "bn_fold", "decompose", "cse", "layout", "dce"]
+    &["fold", "simplify", "bn_fold", "decompose", "cse", "layout", "merge_matmuls", "dce"]
 }
 
 /// What [`optimize`] does.
@@ -83,15 +83,15 @@ pub struct PassReport {
     pub micros: u64,
 }
 
-/// Runs fold → simplify → bn_fold → decompose → fold → simplify → cse → layout → dce on a copy of
+/// Runs fold → simplify → bn_fold → decompose → fold → simplify → cse → layout → merge_matmuls → dce on a copy of
 /// `graph`, skipping disabled passes. The result computes the same outputs from the same
 /// inputs (in order) and passes [`kiln_ir::verify`]. Each pass logs one line at target
 /// `kiln::graph` (info) and the graph after it (debug).
 pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassReport>)> {
     check_names(&opts.disabled)?;
     kiln_ir::verify(graph).map_err(|e| e.context("optimize: the input graph"))?;
-    let pipeline: [&dyn Pass; 9] = [
-        &Fold, &Simplify, &BnFold, &Decompose, &Fold, &Simplify, &Cse, &Layout, &Dce,
+    let pipeline: [&dyn Pass; 10] = [
+        &Fold, &Simplify, &BnFold, &Decompose, &Fold, &Simplify, &Cse, &Layout, &MergeMatmuls, &Dce,
     ];
     let mut g = graph.clone();
     let mut reports = Vec::new();

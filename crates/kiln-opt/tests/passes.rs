@@ -432,6 +432,7 @@ fn optimize_runs_the_pipeline_and_reports() {
             "simplify",
             "cse",
             "layout",
+            "merge_matmuls",
             "dce"
         ]
     );
@@ -446,7 +447,7 @@ fn optimize_runs_the_pipeline_and_reports() {
     };
     let (kept, reports) = optimize(&g, &opts).unwrap();
     let names: Vec<&str> = reports.iter().map(|r| r.name).collect();
-    assert_eq!(names, ["fold", "bn_fold", "fold", "layout", "dce"]);
+    assert_eq!(names, ["fold", "bn_fold", "fold", "layout", "merge_matmuls", "dce"]);
     assert_eq!(count(&kept, "softmax"), 1);
     assert_eq!(count(&kept, "mul"), 1);
 }

@@ -7,6 +7,7 @@ mod dce;
 mod decompose;
 mod fold;
 mod layout;
+mod merge_matmuls;
 mod simplify;
 
 pub use bn_fold::BnFold;
@@ -15,6 +16,7 @@ pub use dce::Dce;
 pub use decompose::Decompose;
 pub use fold::Fold;
 pub use layout::Layout;
+pub use merge_matmuls::MergeMatmuls;
 pub use simplify::Simplify;
 
 use kiln_ir::{Graph, Result};

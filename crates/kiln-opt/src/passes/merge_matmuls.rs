@@ -1,0 +1,183 @@
+//! Sibling matmul merging: matmuls that read the same left operand, each by a constant
+//! `[K, N_i]` weight (each followed by the add of a constant `[N_i]` bias, or none), become one
+//! matmul by the weights concatenated along N (and one add of the concatenated biases); each
+//! original value is a slice of the result, a view. Bert's Q, K and V projections are the
+//! case: one GEMM with N = 2304 instead of three with 768, and one launch instead of three.
+//!
+//! Runs after `layout`, when every such weight is a dense row-major constant.
+
+use super::Pass;
+use crate::rewrite::{Rewrite, Step, use_counts};
+use kiln_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, Result, SliceAxis};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Merges sibling matmuls by constant weights (see the module doc).
+pub struct MergeMatmuls;
+
+/// One matmul of a group, with its bias add.
+#[derive(Clone, Copy)]
+struct Member {
+    mm: NodeId,
+    /// The add of the bias and the bias constant node.
+    add: Option<(NodeId, NodeId)>,
+    /// Its columns in the merged result.
+    cols: (usize, usize),
+}
+
+/// Where a source node goes: the group it belongs to and its member index.
+#[derive(Clone, Copy)]
+enum Role {
+    Matmul(usize, usize),
+    Add(usize, usize),
+}
+
+impl Pass for MergeMatmuls {
+    fn name(&self) -> &'static str {
+        "merge_matmuls"
+    }
+
+    fn run(&self, graph: &Graph) -> Result<Graph> {
+        let groups = find(graph);
+        let mut role: HashMap<NodeId, Role> = HashMap::new();
+        for (g, members) in groups.iter().enumerate() {
+            for (i, m) in members.iter().enumerate() {
+                role.insert(m.mm, Role::Matmul(g, i));
+                if let Some((a, _)) = m.add {
+                    role.insert(a, Role::Add(g, i));
+                }
+            }
+        }
+        let mut merged: Vec<Option<NodeId>> = vec![None; groups.len()];
+        Rewrite::new(graph)?.run(|rw, old, node| {
+            let Some(&r) = role.get(&old) else {
+                return Ok(Step::Copy);
+            };
+            let (g, i, is_add) = match r {
+                Role::Matmul(g, i) => (g, i, false),
+                Role::Add(g, i) => (g, i, true),
+            };
+            let members = &groups[g];
+            let y = match merged[g] {
+                Some(y) => y,
+                None => {
+                    // The first member's matmul (the earliest node of the group).
+                    let src = rw.src();
+                    let konst = |id: NodeId| match src.node(id).op {
+                        Op::Constant(c) => src.consts.get(c.0 as usize).cloned(),
+                        _ => None,
+                    };
+                    let weights: Option<Vec<Arc<HostTensor>>> =
+                        members.iter().map(|m| konst(src.node(m.mm).inputs[1])).collect();
+                    let biases: Option<Vec<Arc<HostTensor>>> =
+                        members.iter().filter_map(|m| m.add).map(|(_, b)| konst(b)).collect();
+                    let (Some(weights), Some(biases)) = (weights, biases) else {
+                        return Ok(Step::Copy);
+                    };
+                    let lhs = rw.mapped(src.node(members[0].mm).inputs[0])?;
+                    let w = rw.constant(concat_columns(&weights)?);
+                    let mut y = rw.add(Op::MatMul, &[lhs, w])?;
+                    if !biases.is_empty() {
+                        let b = rw.constant(concat_columns(&biases)?);
+                        y = rw.add(Op::Binary(BinaryOp::Add), &[y, b])?;
+                    }
+                    merged[g] = Some(y);
+                    y
+                }
+            };
+            let m = members[i];
+            if m.add.is_some() && !is_add {
+                return Ok(Step::Drop); // read only by its add, which becomes the slice
+            }
+            let rank = node.ty.shape.rank();
+            let mut axes = vec![SliceAxis::FULL; rank];
+            axes[rank - 1] = SliceAxis { start: m.cols.0 as i64, end: m.cols.1 as i64, step: 1 };
+            Ok(Step::Replace(rw.add(Op::Slice(axes), &[y])?))
+        })
+    }
+}
+
+/// Tensors of shape `[.., N_i]` (same leading dims) joined along the last dim, as one dense
+/// tensor `[.., sum N_i]`.
+fn concat_columns(parts: &[Arc<HostTensor>]) -> Result<HostTensor> {
+    let shape = parts[0].shape().to_vec();
+    let r = shape.len();
+    let total: usize = parts.iter().map(|t| t.shape()[r - 1]).sum();
+    let rows: usize = shape[..r - 1].iter().product();
+    let mut out_shape = shape.clone();
+    out_shape[r - 1] = total;
+    kiln_ir::with_dtype!(parts[0].dtype(), T, {
+        let dense: Vec<HostTensor> = parts.iter().map(|t| t.contiguous()).collect();
+        let mut v: Vec<T> = Vec::with_capacity(rows * total);
+        for row in 0..rows {
+            for t in &dense {
+                let n = t.shape()[r - 1];
+                let s = t.dense_slice::<T>().ok_or_else(|| kiln_ir::Error::DType("merge_matmuls: mixed dtypes".into()))?;
+                v.extend_from_slice(&s[row * n..(row + 1) * n]);
+            }
+        }
+        HostTensor::from_vec(v, &out_shape)
+    })
+}
+
+/// Groups of at least two matmuls to merge, members in node order.
+fn find(g: &Graph) -> Vec<Vec<Member>> {
+    let uses = use_counts(g);
+    let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); g.nodes.len()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        for &x in &n.inputs {
+            users[x.index()].push(NodeId(i as u32));
+        }
+    }
+    let konst = |id: NodeId| matches!(g.node(id).op, Op::Constant(_));
+    // Key: (left operand, K, dtype, has bias) -> members.
+    let mut by_key: HashMap<(NodeId, usize, DType, bool), Vec<Member>> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        let (Op::MatMul, &[x, w]) = (&n.op, n.inputs.as_slice()) else {
+            continue;
+        };
+        let Some(&[k, cols]) = g.ty(w).shape.as_fixed().as_deref() else {
+            continue;
+        };
+        let dtype = n.ty.dtype;
+        let out = n.ty.shape.as_fixed();
+        if !konst(w) || !dtype.is_float() || g.ty(w).dtype != dtype || out.as_ref().and_then(|s| s.last()) != Some(&cols) {
+            continue;
+        }
+        let mm = NodeId(i as u32);
+        // The bias add: the matmul's only reader, adding a constant [N].
+        let add = match users[i].as_slice() {
+            [u] if uses[i] == 1 => {
+                let un = g.node(*u);
+                let other = match un.inputs.as_slice() {
+                    [a, b] if *a == mm => Some(*b),
+                    [a, b] if *b == mm => Some(*a),
+                    _ => None,
+                };
+                let bias_ok = |b: NodeId| {
+                    konst(b)
+                        && g.ty(b).dtype == dtype
+                        && g.ty(b).shape.as_fixed().is_some_and(|s| s == [cols])
+                };
+                match (un.op == Op::Binary(BinaryOp::Add) && un.ty == n.ty, other) {
+                    (true, Some(b)) if bias_ok(b) && b != mm => Some((*u, b)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        by_key.entry((x, k, dtype, add.is_some())).or_default().push(Member { mm, add, cols: (0, cols) });
+    }
+    let mut groups: Vec<Vec<Member>> = by_key.into_values().filter(|m| m.len() >= 2).collect();
+    for members in &mut groups {
+        members.sort_by_key(|m| m.mm);
+        let mut start = 0;
+        for m in members.iter_mut() {
+            let n = m.cols.1;
+            m.cols = (start, start + n);
+            start += n;
+        }
+    }
+    groups.sort_by_key(|m| m[0].mm);
+    groups
+}
