@@ -17,7 +17,7 @@ import warnings
 import onnxruntime as ort
 import torch
 
-from pytorch_bench import build, check, parser, record, time_passes
+from pytorch_bench import check, parser, record, seeded_model, time_passes
 
 OPSET = 17
 
@@ -75,12 +75,7 @@ def session_options(threads):
 
 
 def bench(name, args):
-    torch.manual_seed(args.seed)
-    start = time.perf_counter()
-    model, inputs = build(name, args.batch, args.seq)
-    model.eval()
-    build_s = time.perf_counter() - start
-    params = sum(p.numel() for p in model.parameters())
+    model, inputs, build_s, params = seeded_model(name, args)
     path = onnx_path(args.onnx_dir, name, args)
     extra = {"onnxruntime": ort.__version__, "build_s": build_s, "onnx": path, "opset": OPSET}
     if os.path.isfile(path):

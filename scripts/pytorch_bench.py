@@ -51,6 +51,16 @@ def build(name, batch, seq):
     raise SystemExit(f"error: unknown model '{name}' (known: resnet18, resnet50, bert-base, gpt2)")
 
 
+def seeded_model(name, args):
+    """Seeds torch and builds `name` in eval mode: (model, inputs, build_s, params)."""
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    model, inputs = build(name, args.batch, args.seq)
+    model.eval()
+    build_s = time.perf_counter() - start
+    return model, inputs, build_s, sum(p.numel() for p in model.parameters())
+
+
 def time_passes(forward, warmup, iters):
     """Runs `forward` once, `warmup` times untimed, then `iters` timed times, as `kiln bench`
     does. Returns (first call seconds, sorted timed passes in ms)."""
@@ -103,12 +113,7 @@ def compiled_kernel_count():
 
 
 def bench(name, args):
-    torch.manual_seed(args.seed)
-    start = time.perf_counter()
-    model, inputs = build(name, args.batch, args.seq)
-    model.eval()
-    build_s = time.perf_counter() - start
-    params = sum(p.numel() for p in model.parameters())
+    model, inputs, build_s, params = seeded_model(name, args)
     extra = {"torch": torch.__version__, "build_s": build_s}
     with torch.inference_mode():
         if not args.compile:

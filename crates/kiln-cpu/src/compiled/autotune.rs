@@ -6,6 +6,7 @@
 //! only when whole runs with them beat whole runs without by as much.
 
 use super::executable::{BoundRun, Executable};
+use super::steps;
 use super::tuning::{StepTuning, Tuning};
 use kiln_ir::{HostTensor, Result};
 use kiln_sched::{ExternOp, StepKind};
@@ -111,7 +112,7 @@ pub fn autotune(
         tuning.steps[i] = best;
         report.steps.push(StepResult {
             step: i,
-            what: describe(run, i),
+            what: steps::describe(&run.program().steps[i].kind),
             default_us,
             best_us,
             best,
@@ -194,16 +195,4 @@ fn candidates(run: &BoundRun, i: usize, threads: usize) -> Vec<StepTuning> {
         StepKind::Eval { .. } => {}
     }
     out
-}
-
-/// A short name for step `i` in reports.
-fn describe(run: &BoundRun, i: usize) -> String {
-    match &run.program().steps[i].kind {
-        StepKind::Kernel { kernel, .. } => kernel.name.clone(),
-        StepKind::Extern { op, out_shape, .. } => match op {
-            ExternOp::MatMul => format!("matmul -> {out_shape:?}"),
-            ExternOp::Conv2d(_) => format!("conv2d -> {out_shape:?}"),
-        },
-        StepKind::Eval { op, .. } => op.name(),
-    }
 }

@@ -1,8 +1,8 @@
 //! Per-step timing of an executable (`kiln bench --profile`): where a run's time goes.
 
 use super::executable::Executable;
+use super::steps::describe;
 use kiln_ir::{HostTensor, Result};
-use kiln_sched::{ExternOp, StepKind};
 use std::time::{Duration, Instant};
 
 /// One step's share of a run.
@@ -44,21 +44,4 @@ pub fn profile(exe: &Executable, inputs: &[HostTensor], runs: usize) -> Result<(
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
-/// A one-line description of a step.
-fn describe(k: &StepKind) -> String {
-    match k {
-        StepKind::Kernel { kernel, .. } => format!("kernel {}", kernel.name),
-        StepKind::Eval { op, out_shape, .. } => format!("eval {} -> {out_shape:?}", op.name()),
-        StepKind::Extern { op, inputs, out_shape, epilogue, .. } => {
-            let shapes: Vec<&[usize]> = inputs.iter().map(|v| &v.shape[..]).collect();
-            let name = match op {
-                ExternOp::MatMul => "matmul".to_string(),
-                ExternOp::Conv2d(a) => format!("conv2d s{:?}", a.stride),
-            };
-            let epi = epilogue.as_ref().map(|e| format!(" + {}", e.kernel.name)).unwrap_or_default();
-            format!("{name} {shapes:?} -> {out_shape:?}{epi}")
-        }
-    }
 }

@@ -58,6 +58,25 @@ pub(crate) fn run_step(
     }
 }
 
+/// A one-line description of a step for reports (`kiln bench --profile`, max-autotune's log):
+/// `kernel NAME`, `matmul [inputs' shapes] -> [out] + EPILOGUE`, `conv2d s[stride] ..`,
+/// `eval OP -> [out]`.
+pub(crate) fn describe(k: &StepKind) -> String {
+    match k {
+        StepKind::Kernel { kernel, .. } => format!("kernel {}", kernel.name),
+        StepKind::Eval { op, out_shape, .. } => format!("eval {} -> {out_shape:?}", op.name()),
+        StepKind::Extern { op, inputs, out_shape, epilogue, .. } => {
+            let shapes: Vec<&[usize]> = inputs.iter().map(|v| &v.shape[..]).collect();
+            let name = match op {
+                ExternOp::MatMul => "matmul".to_string(),
+                ExternOp::Conv2d(a) => format!("conv2d s{:?}", a.stride),
+            };
+            let epi = epilogue.as_ref().map(|e| format!(" + {}", e.kernel.name)).unwrap_or_default();
+            format!("{name} {shapes:?} -> {out_shape:?}{epi}")
+        }
+    }
+}
+
 /// The pointers of `args`, in order.
 fn bind(ptrs: &[*mut u8], args: &[BufId]) -> Vec<*mut u8> {
     args.iter().map(|a| ptrs[a.index()]).collect()

@@ -71,8 +71,9 @@ impl Pass for MergeMatmuls {
                         members.iter().map(|m| konst(src.node(m.mm).inputs[1])).collect();
                     let biases: Option<Vec<Arc<HostTensor>>> =
                         members.iter().filter_map(|m| m.add).map(|(_, b)| konst(b)).collect();
+                    // `find` only groups constant weights and biases.
                     let (Some(weights), Some(biases)) = (weights, biases) else {
-                        return Ok(Step::Copy);
+                        return Err(kiln_ir::Error::Graph("merge_matmuls: internal: a grouped weight or bias is not a constant".into()));
                     };
                     let lhs = rw.mapped(src.node(members[0].mm).inputs[0])?;
                     let w = rw.constant(concat_columns(&weights)?);
@@ -98,26 +99,11 @@ impl Pass for MergeMatmuls {
 }
 
 /// Tensors of shape `[.., N_i]` (same leading dims) joined along the last dim, as one dense
-/// tensor `[.., sum N_i]`.
+/// tensor `[.., sum N_i]` (the reference concat, as `fold` evaluates constants).
 fn concat_columns(parts: &[Arc<HostTensor>]) -> Result<HostTensor> {
-    let shape = parts[0].shape().to_vec();
-    let r = shape.len();
-    let total: usize = parts.iter().map(|t| t.shape()[r - 1]).sum();
-    let rows: usize = shape[..r - 1].iter().product();
-    let mut out_shape = shape.clone();
-    out_shape[r - 1] = total;
-    kiln_ir::with_dtype!(parts[0].dtype(), T, {
-        let dense: Vec<HostTensor> = parts.iter().map(|t| t.contiguous()).collect();
-        let mut v: Vec<T> = Vec::with_capacity(rows * total);
-        for row in 0..rows {
-            for t in &dense {
-                let n = t.shape()[r - 1];
-                let s = t.dense_slice::<T>().ok_or_else(|| kiln_ir::Error::DType("merge_matmuls: mixed dtypes".into()))?;
-                v.extend_from_slice(&s[row * n..(row + 1) * n]);
-            }
-        }
-        HostTensor::from_vec(v, &out_shape)
-    })
+    let axis = parts[0].shape().len() - 1;
+    let refs: Vec<&HostTensor> = parts.iter().map(|t| t.as_ref()).collect();
+    kiln_cpu::eval(&Op::Concat { axis }, &refs)
 }
 
 /// Groups of at least two matmuls to merge, members in node order.
