@@ -312,3 +312,27 @@ fn row_blocks_and_many_im2col_rows() {
         });
     }
 }
+
+/// Shapes that reach every tile of the AVX-512 conv (where the CPU has it, for KxK convs of
+/// at least 64 output pixels): 14- and 7-wide tiles, paired 7-wide rows with an odd row left
+/// over, single-pixel remainders, channel panels of 32 with a partial last one, strides 1 and
+/// 2, padded and unpadded inputs, many tasks per thread; and 1x1 convs beside them.
+#[test]
+fn tile_widths_channel_panels_and_remainders() {
+    for (x, o, k, stride, pad) in [
+        ([1, 5, 20, 31], 40, 3, 1, [1, 1, 1, 1]),
+        ([2, 3, 11, 7], 33, 3, 1, [1, 1, 1, 1]),
+        ([1, 3, 12, 12], 8, 3, 1, [0; 4]),
+        ([1, 6, 15, 15], 70, 3, 2, [1, 1, 1, 1]),
+        ([1, 4, 11, 6], 31, 3, 1, [1, 1, 1, 1]),
+        ([1, 3, 30, 30], 64, 7, 2, [3, 3, 3, 3]),
+        ([1, 9, 7, 9], 65, 1, 1, [0; 4]),
+        ([2, 16, 13, 5], 32, 1, 2, [0; 4]),
+        ([1, 8, 28, 28], 96, 1, 1, [0; 4]),
+    ] {
+        for after in [After::Nothing, After::AddRelu] {
+            check(&Case { after, ..case(x, o, k, attrs(stride, pad, 1, 1)) });
+        }
+        check(&Case { view: View::EveryOtherColumn, bias: false, ..case(x, o, k, attrs(stride, pad, 1, 1)) });
+    }
+}

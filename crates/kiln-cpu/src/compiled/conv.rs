@@ -5,6 +5,8 @@
 //! Output channels are done in blocks of rows; each block gets its bias and then the
 //! epilogue while it is still in cache.
 
+#[cfg(target_arch = "x86_64")]
+use super::conv_avx512;
 use super::conv_direct::{DwOperands, depthwise, im2col};
 use super::matmul::sgemm;
 use super::raw;
@@ -119,14 +121,57 @@ fn direct_input(g: &Geom, x: &BufView) -> Option<usize> {
     }
 }
 
-/// f32 elements of im2col scratch this conv needs (`None` when it needs none).
-pub(crate) fn scratch_elems(a: &Conv2dAttrs, inputs: &[BufView], out: &[usize]) -> Option<usize> {
+/// A conv's weights packed for the AVX-512 tiles.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use conv_avx512::PackedWeights;
+/// A conv's weights packed for the AVX-512 tiles (none here: they need x86-64).
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) enum PackedWeights {}
+
+/// The packed weights of a conv step that runs on the AVX-512 tiles, filled on its first run.
+pub(crate) type DirectConv = std::sync::OnceLock<PackedWeights>;
+
+/// Whether this conv runs on the AVX-512 tiles (see [`conv_avx512`]): a fitting geometry on a
+/// CPU that has them, and constant weights (`weights_const`), which are packed once.
+pub(crate) fn runs_direct(
+    a: &Conv2dAttrs,
+    inputs: &[BufView],
+    out: &[usize],
+    weights_const: bool,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        weights_const && Geom::new(a, inputs, out).is_ok_and(|g| conv_avx512::eligible(&g))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (a, inputs, out, weights_const);
+        false
+    }
+}
+
+/// f32 elements of scratch this conv needs (`None` when it needs none): the im2col matrix,
+/// or with `direct` (see [`runs_direct`]) the padded input.
+pub(crate) fn scratch_elems(
+    a: &Conv2dAttrs,
+    inputs: &[BufView],
+    out: &[usize],
+    direct: bool,
+) -> Option<usize> {
     let g = Geom::new(a, inputs, out).ok()?;
+    #[cfg(target_arch = "x86_64")]
+    if direct {
+        return conv_avx512::scratch_elems(&g, &inputs[0]);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = direct;
     (g.cg > 1 && direct_input(&g, &inputs[0]).is_none()).then(|| g.k() * g.p())
 }
 
-/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]), `block_rows` output channels per
-/// GEMM call when given (the autotuner's choice), else the heuristic below.
+/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]): on the AVX-512 tiles when
+/// `direct` is given (see [`runs_direct`]), else by im2col and GEMM, `block_rows` output
+/// channels per GEMM call when given (the autotuner's choice), else the heuristic below.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     a: &Conv2dAttrs,
     inputs: &[BufView],
@@ -136,6 +181,7 @@ pub(crate) fn run(
     epi: &Epi,
     scratch: &mut Vec<f32>,
     block_rows: Option<usize>,
+    direct: Option<&DirectConv>,
 ) -> Result<()> {
     let g = Geom::new(a, inputs, out_shape)?;
     epi.check_rows(g.n * g.o)?;
@@ -169,6 +215,18 @@ pub(crate) fn run(
         }
         None => None,
     };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cell) = direct {
+        // SAFETY: the weight view is inside its buffer (checked when the executable was
+        // built) and merges to [O, K] with these strides; the output holds N*O*P elements
+        // and overlaps no input; the scratch was sized by `scratch_elems(.., true)`.
+        return unsafe {
+            let packed = cell.get_or_init(|| PackedWeights::pack(&g, pw, w_rs, w_cs));
+            conv_avx512::run(&g, x, px, packed, bias, pout, epi, scratch)
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = direct;
     // The GEMM packs the right-hand side (the im2col matrix) on every call, so row blocks
     // must be tall for that to stay cheap: at least 128 rows, else the whole output at once.
     let block = match block_rows {

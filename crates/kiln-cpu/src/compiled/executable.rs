@@ -3,12 +3,13 @@
 //! arguments no longer than their buffers, the memory plan inside the arena, only
 //! temporaries written) is checked once, when it is built.
 
+use super::conv::{self, DirectConv};
 use super::launch::LaunchKernel;
 use super::tuning::{StepTuning, Tuning};
 use super::views::{check_view, read_dense};
 use super::{raw, steps};
 use kiln_ir::{Error, HostTensor, Result};
-use kiln_sched::{BufId, BufKind, Kernel, Program, StepKind};
+use kiln_sched::{BufId, BufKind, ExternOp, Kernel, Program, StepKind};
 use std::sync::{Arc, Mutex};
 
 /// Alignment of every temporary (and of the arena): a cache line, as the memory planner and
@@ -25,8 +26,10 @@ pub struct Executable {
     /// Byte offset of each temporary in the arena.
     offsets: Vec<Option<usize>>,
     arena_bytes: usize,
-    /// f32 elements of im2col scratch the largest convolution needs.
+    /// f32 elements of scratch the largest convolution needs.
     scratch_elems: usize,
+    /// Per step: the packed weights of a conv that runs on the AVX-512 tiles.
+    direct: Vec<Option<DirectConv>>,
     /// Per-step knobs (default: none set).
     tuning: Tuning,
     state: Mutex<State>,
@@ -45,16 +48,35 @@ impl Executable {
         let consts = bind_consts(&program)?;
         let (offsets, arena_bytes) = place_temps(&program)?;
         check_steps(&program)?;
+        let direct: Vec<Option<DirectConv>> = program
+            .steps
+            .iter()
+            .map(|s| match &s.kind {
+                StepKind::Extern {
+                    op: ExternOp::Conv2d(a),
+                    inputs,
+                    out_shape,
+                    ..
+                } => {
+                    let weights_const = inputs
+                        .get(1)
+                        .is_some_and(|w| matches!(program.buffer(w.buf).kind, BufKind::Const(_)));
+                    conv::runs_direct(a, inputs, out_shape, weights_const).then(DirectConv::new)
+                }
+                _ => None,
+            })
+            .collect();
         let scratch_elems = program
             .steps
             .iter()
-            .filter_map(|s| match &s.kind {
+            .zip(&direct)
+            .filter_map(|(s, d)| match &s.kind {
                 StepKind::Extern {
                     op,
                     inputs,
                     out_shape,
                     ..
-                } => steps::scratch_elems(op, inputs, out_shape),
+                } => steps::scratch_elems(op, inputs, out_shape, d.is_some()),
                 _ => None,
             })
             .max()
@@ -66,6 +88,7 @@ impl Executable {
             offsets,
             arena_bytes,
             scratch_elems,
+            direct,
             tuning: Tuning::default(),
             state: Mutex::new(State::default()),
         })
@@ -209,8 +232,16 @@ impl BoundRun<'_> {
     pub(crate) fn step(&mut self, i: usize, tune: StepTuning) -> Result<()> {
         let p = &self.exe.program;
         let step = &p.steps[i];
-        steps::run_step(p, &step.kind, self.ptrs, &*self.exe.kernels, self.scratch, tune)
-            .map_err(|e| e.context(&format!("step {i} (nodes {:?})", step.nodes)))
+        steps::run_step(
+            p,
+            &step.kind,
+            self.ptrs,
+            &*self.exe.kernels,
+            self.scratch,
+            tune,
+            self.exe.direct[i].as_ref(),
+        )
+        .map_err(|e| e.context(&format!("step {i} (nodes {:?})", step.nodes)))
     }
 }
 

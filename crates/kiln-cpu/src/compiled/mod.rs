@@ -9,6 +9,8 @@
 
 mod autotune;
 mod conv;
+#[cfg(target_arch = "x86_64")]
+mod conv_avx512;
 mod conv_direct;
 mod executable;
 mod interp;

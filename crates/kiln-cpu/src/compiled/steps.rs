@@ -16,6 +16,7 @@ pub(crate) fn run_step(
     kernels: &dyn LaunchKernel,
     scratch: &mut Vec<f32>,
     tune: StepTuning,
+    direct: Option<&conv::DirectConv>,
 ) -> Result<()> {
     match step {
         StepKind::Kernel { kernel, args } => {
@@ -51,8 +52,20 @@ pub(crate) fn run_step(
                 chunks: tune.chunks,
             };
             match op {
-                ExternOp::MatMul => matmul::run(inputs, ptrs, *out, out_shape, &epi, tune.block_rows),
-                ExternOp::Conv2d(a) => conv::run(a, inputs, ptrs, *out, out_shape, &epi, scratch, tune.block_rows),
+                ExternOp::MatMul => {
+                    matmul::run(inputs, ptrs, *out, out_shape, &epi, tune.block_rows)
+                }
+                ExternOp::Conv2d(a) => conv::run(
+                    a,
+                    inputs,
+                    ptrs,
+                    *out,
+                    out_shape,
+                    &epi,
+                    scratch,
+                    tune.block_rows,
+                    direct,
+                ),
             }
         }
     }
@@ -65,13 +78,22 @@ pub(crate) fn describe(k: &StepKind) -> String {
     match k {
         StepKind::Kernel { kernel, .. } => format!("kernel {}", kernel.name),
         StepKind::Eval { op, out_shape, .. } => format!("eval {} -> {out_shape:?}", op.name()),
-        StepKind::Extern { op, inputs, out_shape, epilogue, .. } => {
+        StepKind::Extern {
+            op,
+            inputs,
+            out_shape,
+            epilogue,
+            ..
+        } => {
             let shapes: Vec<&[usize]> = inputs.iter().map(|v| &v.shape[..]).collect();
             let name = match op {
                 ExternOp::MatMul => "matmul".to_string(),
                 ExternOp::Conv2d(a) => format!("conv2d s{:?}", a.stride),
             };
-            let epi = epilogue.as_ref().map(|e| format!(" + {}", e.kernel.name)).unwrap_or_default();
+            let epi = epilogue
+                .as_ref()
+                .map(|e| format!(" + {}", e.kernel.name))
+                .unwrap_or_default();
             format!("{name} {shapes:?} -> {out_shape:?}{epi}")
         }
     }
@@ -127,14 +149,16 @@ impl Epi<'_> {
     }
 }
 
-/// f32 elements of im2col scratch an extern needs (`None` when it needs none).
+/// f32 elements of scratch an extern needs (`None` when it needs none); `direct`: a conv
+/// that runs on the AVX-512 tiles.
 pub(crate) fn scratch_elems(
     op: &ExternOp,
     inputs: &[BufView],
     out_shape: &[usize],
+    direct: bool,
 ) -> Option<usize> {
     match op {
-        ExternOp::Conv2d(a) => conv::scratch_elems(a, inputs, out_shape),
+        ExternOp::Conv2d(a) => conv::scratch_elems(a, inputs, out_shape, direct),
         ExternOp::MatMul => None,
     }
 }
