@@ -15,28 +15,19 @@ import json
 import os
 import random
 import re
-import signal
 import struct
-import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from serve_common import start_server, stop_server
+
 
 def start(args, max_batch):
     cmd = [args.kiln, "serve", args.model, "--host", "127.0.0.1", "--port", "0", "--mode", args.mode,
            "--max-batch", str(max_batch), "--batch-timeout-ms", str(args.batch_timeout_ms), "--queue", str(args.queue)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    addr = None
-    while addr is None:
-        line = proc.stderr.readline()
-        if not line:
-            sys.exit("kiln serve did not start: " + " ".join(cmd))
-        m = re.search(r"listening on http://(\S+)", line)
-        addr = m.group(1) if m else None
-    # Keep draining the server's log so it never blocks on a full pipe.
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    proc, addr = start_server(cmd)
     host, port = addr.rsplit(":", 1)
     assert host == "127.0.0.1", "loopback only"
     deadline = time.time() + 900
@@ -98,23 +89,34 @@ def percentile(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+class Recorder:
+    """Answers by status and latencies (ms) of the 200s, from many threads."""
+
+    def __init__(self):
+        self.lock, self.lat, self.statuses, self.sent = threading.Lock(), [], {}, 0
+
+    def take(self, max_requests):
+        """Claims one request of the budget; False when it is spent."""
+        with self.lock:
+            self.sent += 1
+            return self.sent <= max_requests
+
+    def send(self, client):
+        s, dt = client.post()
+        with self.lock:
+            self.statuses[s] = self.statuses.get(s, 0) + 1
+            if s == 200:
+                self.lat.append(dt * 1e3)
+
+
 def closed_loop(client, concurrency, duration, max_requests):
     """`concurrency` clients each sending back to back; returns (req/s, lat ms list, statuses)."""
     stop = time.time() + duration
-    lock = threading.Lock()
-    lat, statuses, sent = [], {}, [0]
+    rec = Recorder()
 
     def worker():
-        while time.time() < stop:
-            with lock:
-                if sent[0] >= max_requests:
-                    return
-                sent[0] += 1
-            s, dt = client.post()
-            with lock:
-                statuses[s] = statuses.get(s, 0) + 1
-                if s == 200:
-                    lat.append(dt * 1e3)
+        while time.time() < stop and rec.take(max_requests):
+            rec.send(client)
 
     t0 = time.time()
     threads = [threading.Thread(target=worker) for _ in range(concurrency)]
@@ -123,20 +125,13 @@ def closed_loop(client, concurrency, duration, max_requests):
     for t in threads:
         t.join()
     elapsed = time.time() - t0
-    return len(lat) / elapsed, lat, statuses, elapsed
+    return len(rec.lat) / elapsed, rec.lat, rec.statuses, elapsed
 
 
 def open_loop(client, rate, duration, max_requests, workers):
     """Requests sent at `rate`/s whatever the answers; returns statuses and latencies."""
     n = min(int(rate * duration), max_requests)
-    lat, statuses, lock = [], {}, threading.Lock()
-
-    def one():
-        s, dt = client.post()
-        with lock:
-            statuses[s] = statuses.get(s, 0) + 1
-            if s == 200:
-                lat.append(dt * 1e3)
+    rec = Recorder()
 
     t0 = time.time()
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -144,8 +139,8 @@ def open_loop(client, rate, duration, max_requests, workers):
             delay = t0 + i / rate - time.time()
             if delay > 0:
                 time.sleep(delay)
-            pool.submit(one)
-    return statuses, lat, time.time() - t0
+            pool.submit(rec.send, client)
+    return rec.statuses, rec.lat, time.time() - t0
 
 
 def rss_mb(addr):
@@ -209,13 +204,7 @@ def main():
             alive = proc.poll() is None
             print(f"{batching:>9} server alive after the runs: {alive}", flush=True)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = "killed"
-            print(f"{batching:>9} kiln serve exited with {code} after SIGTERM", flush=True)
+            print(f"{batching:>9} kiln serve exited with {stop_server(proc)} after SIGTERM", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,34 +10,18 @@ the reference outputs. Prints one line per check and exits non-zero on the first
 """
 
 import argparse
-import os
-import re
-import signal
-import subprocess
 import sys
 import time
 
 import numpy as np
 import tritonclient.http as httpclient
 
+from serve_common import start_server, stop_server
+
 
 def start(kiln, model, mode, extra):
     """Starts `kiln serve` on port 0 and returns (process, 'host:port') once it listens."""
-    proc = subprocess.Popen(
-        [kiln, "serve", model, "--port", "0", "--mode", mode, "--max-batch", "2", *extra],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://(\S+)", line)
-        if m:
-            return proc, m.group(1)
-    proc.kill()
-    sys.exit(f"FAIL: kiln serve ({mode}) did not start")
+    return start_server([kiln, "serve", model, "--port", "0", "--mode", mode, "--max-batch", "2", *extra])
 
 
 def wait_ready(client, model, timeout=600):
@@ -112,14 +96,7 @@ def main():
         print("tritonclient check passed", flush=True)
     finally:
         for p in (tested, ref):
-            p.send_signal(signal.SIGTERM)
-        for p in (tested, ref):
-            try:
-                code = p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                code = "killed"
-            print(f"kiln serve exited with {code} after SIGTERM", flush=True)
+            print(f"kiln serve exited with {stop_server(p)} after SIGTERM", flush=True)
 
 
 if __name__ == "__main__":
