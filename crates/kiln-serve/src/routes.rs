@@ -173,10 +173,13 @@ async fn run_infer(st: &AppState, p: &HashMap<String, String>, headers: &HeaderM
             ServeError::BadRequest("Inference-Header-Content-Length must be the JSON header's length in bytes".into())
         })?),
     };
-    let decoded = protocol::decode_request(&m.def, &bytes, header_len, st.cfg.max_batch)?;
+    // Decoding and encoding tensors is CPU work (large JSON arrays): off the async runtime.
+    let (def, max_batch) = (m.def.clone(), st.cfg.max_batch);
+    let decoded = blocking(move || protocol::decode_request(&def, &bytes, header_len, max_batch)).await?;
     let rx = m.submit(decoded.inputs, decoded.rows)?;
     let outputs = rx.await.map_err(|_| ServeError::Unavailable(format!("model '{}' stopped before answering", m.def.name)))??;
-    let enc = protocol::encode_response(&m.def, decoded.id.as_deref(), &outputs, &decoded.outputs)?;
+    let (def, id, wanted) = (m.def.clone(), decoded.id, decoded.outputs);
+    let enc = blocking(move || protocol::encode_response(&def, id.as_deref(), &outputs, &wanted)).await?;
     let mut resp = Response::new(Body::from(enc.body));
     let h = resp.headers_mut();
     match enc.header_len {
@@ -189,4 +192,9 @@ async fn run_infer(st: &AppState, p: &HashMap<String, String>, headers: &HeaderM
         }
     }
     Ok(resp)
+}
+
+/// Runs `f` on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ServeResult<T> + Send + 'static) -> ServeResult<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ServeError::Internal(format!("a request task failed: {e}")))?
 }
