@@ -7,7 +7,7 @@
 //! - [`batcher`]: dynamic batching (concatenate along dim 0, pad, run, split back);
 //! - [`protocol`]: decoding and checking requests, encoding responses;
 //! - [`auth`], [`ratelimit`]: bearer keys in constant time, per-key token buckets;
-//! - [`metrics`]: Prometheus metrics; [`routes`]: the HTTP routes; [`server`]: start and drain.
+//! - [`metrics`]: Prometheus metrics, with [`nvml`] GPU readings when a GPU is present; [`routes`]: the HTTP routes; [`server`]: start and drain.
 
 pub mod auth;
 pub mod batcher;
@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 pub mod metrics;
 pub mod model;
+pub mod nvml;
 pub mod protocol;
 pub mod ratelimit;
 pub mod registry;

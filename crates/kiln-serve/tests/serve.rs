@@ -180,6 +180,7 @@ async fn every_endpoint_answers_as_the_protocol_says() {
     assert!(m.contains(r#"kiln_compile_seconds{model="tiny",batch="8"}"#), "{m}");
     assert!(m.contains(r#"kiln_warmup_seconds{model="tiny"}"#) && m.contains("kiln_queue_depth"), "{m}");
     assert!(metric(&m, "kiln_process_resident_memory_bytes") > 0.0, "{m}");
+    assert!(m.lines().any(|l| l.starts_with("kiln_gpu_present ")), "{m}");
     server.shutdown().await.unwrap();
 }
 
