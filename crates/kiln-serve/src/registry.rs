@@ -39,16 +39,21 @@ impl ModelHandle {
         self.state.load(Ordering::Acquire) == READY
     }
 
-    /// Queues a decoded request; the receiver gets its outputs. A full queue is refused at once.
-    pub fn submit(&self, inputs: Vec<HostTensor>, rows: usize) -> ServeResult<oneshot::Receiver<ServeResult<Vec<HostTensor>>>> {
+    /// `Ok` when ready, else 503 saying why: still warming up, or failed to load.
+    pub fn check_ready(&self) -> ServeResult<()> {
         match self.state.load(Ordering::Acquire) {
-            READY => {}
+            READY => Ok(()),
             FAILED => {
                 let why = self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default();
-                return Err(ServeError::Unavailable(format!("model '{}' failed to load: {why}", self.def.name)));
+                Err(ServeError::Unavailable(format!("model '{}' failed to load: {why}", self.def.name)))
             }
-            _ => return Err(ServeError::Unavailable(format!("model '{}' is warming up; retry when /v2/models/{}/ready says so", self.def.name, self.def.name))),
+            _ => Err(ServeError::Unavailable(format!("model '{}' is warming up; retry when /v2/models/{}/ready says so", self.def.name, self.def.name))),
         }
+    }
+
+    /// Queues a decoded request; the receiver gets its outputs. A full queue is refused at once.
+    pub fn submit(&self, inputs: Vec<HostTensor>, rows: usize) -> ServeResult<oneshot::Receiver<ServeResult<Vec<HostTensor>>>> {
+        self.check_ready()?;
         let (tx, rx) = oneshot::channel();
         let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let Some(q) = queue.as_ref() else {

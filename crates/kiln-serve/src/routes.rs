@@ -160,10 +160,7 @@ async fn run_infer(st: &AppState, p: &HashMap<String, String>, headers: &HeaderM
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large());
     }
-    if !m.is_ready() {
-        // Answers why (warming up or failed) without reading the body.
-        m.submit(Vec::new(), 0)?;
-    }
+    m.check_ready()?;
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
         if e.to_string().contains("length limit") { too_large() } else { ServeError::BadRequest(format!("could not read the request body: {e}")) }
     })?;
