@@ -33,7 +33,7 @@ impl TensorSpec {
 /// Where a model's graph comes from.
 enum Source {
     Zoo(Box<dyn Model>),
-    Onnx(OnnxModel),
+    Onnx(Box<OnnxModel>),
 }
 
 /// A model the server can compile and run.
@@ -153,7 +153,7 @@ impl ModelDef {
             }
             inputs.push(TensorSpec { name: v.name.clone(), dtype, shape });
         }
-        let mut def = ModelDef { name: name.to_string(), inputs, outputs: Vec::new(), batchable, source: Source::Onnx(model) };
+        let mut def = ModelDef { name: name.to_string(), inputs, outputs: Vec::new(), batchable, source: Source::Onnx(Box::new(model)) };
         let (graph, names) = def.import(1)?;
         def.outputs = output_specs(&graph, &names, batchable)?;
         Ok(def)
