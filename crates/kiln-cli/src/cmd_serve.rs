@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kiln::zoo::ModelConfig;
-use kiln_serve::{ModelDef, Server, ServeConfig};
+use kiln_serve::{ModelDef, ServeConfig, Server, shutdown_signal};
 
 use crate::args::{DeviceArg, ServeArgs};
 use crate::exit::{CliError, CliResult};
@@ -62,8 +62,10 @@ pub fn serve(a: &ServeArgs) -> CliResult<()> {
         .build()
         .map_err(|e| CliError::Failed(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(async {
+        // Handlers first: a SIGTERM right after "listening" must drain, not kill.
+        let stop = shutdown_signal().map_err(failed)?;
         let server = Server::start(cfg, defs).await.map_err(failed)?;
         eprintln!("kiln serve: listening on http://{} (models compile and warm up now; GET /v2/health/ready says when done)", server.addr());
-        server.run_until_signal().await.map_err(failed)
+        server.run_until(stop).await.map_err(failed)
     })
 }

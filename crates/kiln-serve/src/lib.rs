@@ -25,4 +25,4 @@ pub mod server;
 pub use config::ServeConfig;
 pub use error::{ServeError, ServeResult};
 pub use model::{ModelDef, TensorSpec};
-pub use server::Server;
+pub use server::{Server, shutdown_signal};

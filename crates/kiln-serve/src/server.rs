@@ -93,32 +93,35 @@ impl Server {
         }
     }
 
-    /// Serves until SIGTERM or Ctrl-C, then shuts down gracefully.
-    pub async fn run_until_signal(self) -> ServeResult<()> {
-        shutdown_signal().await;
+    /// Serves until `stop` resolves (e.g. [`shutdown_signal`]), then shuts down gracefully.
+    pub async fn run_until(self, stop: impl std::future::Future<Output = ()>) -> ServeResult<()> {
+        stop.await;
         tracing::info!("shutting down: draining in-flight requests");
         self.shutdown().await
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C (SIGINT).
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Installs SIGTERM and SIGINT (Ctrl-C) handlers now, so a signal that arrives at any later
+/// moment is not lost (nor kills the process), and returns a future that resolves on the first.
+/// Must run inside a tokio runtime.
+#[cfg(unix)]
+pub fn shutdown_signal() -> ServeResult<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let install = |kind: SignalKind, name: &str| signal(kind).map_err(|e| ServeError::Setup(format!("cannot handle {name}: {e}")));
+    let mut term = install(SignalKind::terminate(), "SIGTERM")?;
+    let mut int = install(SignalKind::interrupt(), "SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
+    })
+}
+
+/// Ctrl-C where there are no Unix signals.
+#[cfg(not(unix))]
+pub fn shutdown_signal() -> ServeResult<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
