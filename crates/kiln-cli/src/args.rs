@@ -32,6 +32,71 @@ pub enum Command {
     /// Compile a zoo model or .onnx file and show what the compiler did: optimised graph, passes,
     /// fusion groups and reasons, kernels per run, planned peak memory, compile time by stage.
     Explain(ExplainArgs),
+    /// Serve zoo models and .onnx files over HTTP with the KServe v2 / Open Inference Protocol
+    /// (as Triton does): dynamic batching, API keys, rate limits, Prometheus metrics.
+    Serve(ServeArgs),
+}
+
+/// Arguments of `kiln serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Zoo model names (resnet18, resnet50, bert-base, gpt2) or paths ending in .onnx; each is
+    /// served under its name (an ONNX file under its file stem).
+    #[arg(required = true, num_args = 1..)]
+    pub models: Vec<String>,
+    /// TCP port (0: any free port).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Address to bind; loopback unless told otherwise.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Where to run.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+    /// Execution mode, as torch.compile's.
+    #[arg(long, value_enum, default_value_t = ModeArg::Default)]
+    pub mode: ModeArg,
+    /// Most rows (dim 0) run together; 1 turns batching off. Plans are compiled for the
+    /// powers of two below it and for it.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub max_batch: u64,
+    /// How long the first request of a batch waits for more.
+    #[arg(long, default_value_t = 5)]
+    pub batch_timeout_ms: u64,
+    /// File of API keys, one per line: every route but /v2/health/* then needs
+    /// 'Authorization: Bearer KEY'.
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Requests per second per API key (per client address without keys), as N/s; over it: 429.
+    #[arg(long, value_name = "N/s", value_parser = kiln_serve::config::parse_rate)]
+    pub rate_limit: Option<f64>,
+    /// Largest request body in MiB; larger: 413.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_body_mb: u64,
+    /// A request not answered within this many ms is answered 503.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_ms: u64,
+    /// Requests that may wait per model; past it: 503 at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub queue: u64,
+    /// Warm-up passes per compiled batch size before a model is ready.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u64,
+    /// Sequence length (transformer zoo models).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seq: u64,
+    /// Seed of the zoo models' random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Float dtype of the zoo models.
+    #[arg(long, value_enum, default_value_t = FloatDType::F32)]
+    pub dtype: FloatDType,
+    /// Size of the worker thread pool (default: all logical cores).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub threads: Option<u64>,
+    /// ONNX dim sizes.
+    #[command(flatten)]
+    pub dim_args: OnnxDimArgs,
 }
 
 /// Arguments of `kiln explain`.
@@ -286,6 +351,27 @@ mod tests {
             &["kiln", "bench", "resnet18", "--threads", "0"],
             &["kiln", "bench", "resnet18", "--device", "tpu"],
             &["kiln", "bench"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn serve_parses_flags_and_rejects_bad_values() {
+        let cli = Cli::try_parse_from([
+            "kiln", "serve", "resnet18", "m.onnx", "--port", "0", "--max-batch", "4", "--rate-limit", "10/s",
+            "--api-key-file", "keys", "--mode", "eager",
+        ])
+        .unwrap();
+        let Command::Serve(s) = cli.command else { panic!("not serve") };
+        assert_eq!(s.models, ["resnet18", "m.onnx"]);
+        assert_eq!((s.port, s.max_batch, s.rate_limit), (0, 4, Some(10.0)));
+        assert_eq!(s.host.to_string(), "127.0.0.1");
+        for bad in [
+            &["kiln", "serve"][..],
+            &["kiln", "serve", "resnet18", "--max-batch", "0"],
+            &["kiln", "serve", "resnet18", "--rate-limit", "fast"],
+            &["kiln", "serve", "resnet18", "--host", "localhost:80"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} parsed");
         }

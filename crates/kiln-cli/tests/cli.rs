@@ -196,3 +196,36 @@ fn weights_file_without_the_model_keys_names_a_missing_key() {
     // ResNet's first parameter is the stem convolution, named as in torchvision.
     assert!(err.contains("conv1.weight") || err.contains("weight"), "{err}");
 }
+
+#[test]
+fn serve_refuses_cuda_and_unknown_models_and_stops_cleanly_on_sigterm() {
+    let err = assert_clean_failure(&kiln(&["serve", "resnet18", "--device", "cuda"]), 2);
+    assert!(err.contains("kiln has no CUDA backend yet"), "{err}");
+    let err = assert_clean_failure(&kiln(&["serve", "nope", "--port", "0"]), 1);
+    assert!(err.contains("unknown model 'nope'"), "{err}");
+
+    // A real process on a free loopback port: it says where it listens, answers, and exits 0
+    // on SIGTERM.
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["serve", "resnet18", "--port", "0", "--mode", "eager", "--max-batch", "1", "--warmup", "0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split("listening on http://").nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_string))
+        .expect("no 'listening on' line");
+    assert!(addr.starts_with("127.0.0.1:"), "loopback by default: {addr}");
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200") && resp.contains("\"live\":true"), "{resp}");
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit after SIGTERM: {status:?}");
+}
