@@ -574,6 +574,109 @@ fn pad_case() -> Case {
     }
 }
 
+/// A 2-D kernel whose inner loop the renderer peels: `out[i, j]` (6 x 11) sums two padded
+/// reads of `x` [4, 6], row `i - 1` of both, columns `a0 * j + b0` and `a1 * j + b1`
+/// (`cols`), each -1.5 outside `x`. Every guard is affine in `j`, so the interior runs
+/// unguarded.
+fn peeled_pad_case(name: &str, cols: [(i64, i64); 2]) -> Case {
+    let x = cast(
+        &f64s(&(0..24).map(|i| i as f64 * 0.25 - 2.0).collect::<Vec<_>>()),
+        DType::F32,
+    );
+    let mut k = Kernel::new(name);
+    k.args = vec![
+        Arg {
+            dtype: DType::F32,
+            len: 24,
+            written: false,
+        },
+        Arg {
+            dtype: DType::F32,
+            len: 66,
+            written: true,
+        },
+    ];
+    k.outer = vec![Loop { var: 0, extent: 6 }, Loop { var: 1, extent: 11 }];
+    let row = Idx::var(0).add(Idx::Const(-1));
+    let fill = k.push(Expr::Const(Literal::Float(-1.5)), DType::F32);
+    let row_ok = k.push(
+        Expr::InRange {
+            index: row.clone(),
+            lo: 0,
+            hi: 4,
+        },
+        DType::Bool,
+    );
+    let mut read = |k: &mut Kernel, col: Idx| {
+        let col_ok = k.push(
+            Expr::InRange {
+                index: col.clone(),
+                lo: 0,
+                hi: 6,
+            },
+            DType::Bool,
+        );
+        let ld = k.push(
+            Expr::Load {
+                arg: 0,
+                index: row.clone().mul(6).add(col),
+            },
+            DType::F32,
+        );
+        let inner = k.push(
+            Expr::Where {
+                cond: col_ok,
+                a: ld,
+                b: fill,
+            },
+            DType::F32,
+        );
+        k.push(
+            Expr::Where {
+                cond: row_ok,
+                a: inner,
+                b: fill,
+            },
+            DType::F32,
+        )
+    };
+    let col = |(a, b): (i64, i64)| Idx::var(1).mul(a).add(Idx::Const(b));
+    let a = read(&mut k, col(cols[0]));
+    let b = read(&mut k, col(cols[1]));
+    let sum = k.push(
+        Expr::Binary {
+            op: BinaryOp::Add,
+            a,
+            b,
+        },
+        DType::F32,
+    );
+    k.stages.push(Stage::Store {
+        loops: vec![],
+        arg: 1,
+        index: Idx::var(0).mul(11).add(Idx::var(1)),
+        value: sum,
+    });
+    let xs = x.to_f64_vec();
+    let at = |r: i64, c: i64| {
+        if (0..4).contains(&r) && (0..6).contains(&c) {
+            xs[(r * 6 + c) as usize]
+        } else {
+            -1.5
+        }
+    };
+    let want: Vec<f64> = (0..66i64)
+        .map(|p| (p / 11 - 1, p % 11))
+        .map(|(r, j)| at(r, cols[0].0 * j + cols[0].1) + at(r, cols[1].0 * j + cols[1].1))
+        .collect();
+    Case {
+        group: "peel",
+        kernel: k,
+        inputs: vec![x],
+        expected: vec![("out".into(), cast(&f64s(&want), DType::F32), Tol::Exact)],
+    }
+}
+
 /// Sum, prod, max and min of each row in one kernel (four reduce stages, four stores);
 /// `cols == 0` is the empty reduction.
 fn reduce_case(dt: DType, rows: usize, cols: usize) -> Case {
@@ -1034,6 +1137,9 @@ fn all_cases() -> Vec<Case> {
     cases.push(unary_bool_case());
     cases.push(binary_bool_case());
     cases.push(pad_case());
+    // The interior's bounds come from the negative step (10 - 2j), then from the positive one.
+    cases.push(peeled_pad_case("peeled_pad_neg", [(-2, 10), (1, -1)]));
+    cases.push(peeled_pad_case("peeled_pad_pos", [(1, -1), (1, 2)]));
     for dt in DType::ALL {
         cases.push(cast_case(dt));
     }
@@ -1267,9 +1373,22 @@ fn rendered_c_is_readable() {
     assert!(src.contains("float* out1 = (float*)args[1];"), "{src}");
     // The runtime splits launch ranges over its threads: no OpenMP team inside the C.
     assert!(!src.contains("omp parallel"), "{src}");
-    assert!(src.contains("for (int64_t i0 = begin; i0 < end; i0++)"), "{src}");
+    assert!(
+        src.contains("for (int64_t i0 = begin; i0 < end; i0++)"),
+        "{src}"
+    );
     assert!(src.contains("#pragma omp simd reduction(+:acc1)"), "{src}");
     assert!(src.contains("acc0 = kc_maxf(acc0, v1);"), "{src}");
+}
+
+#[test]
+fn padded_kernels_are_peeled_and_match_the_interpreter() {
+    let c = peeled_pad_case("peeled", [(-2, 10), (1, -1)]);
+    let src = render_kernel(&c.kernel).unwrap();
+    // Edge, interior and edge loops over j, the interior without tests or clamps.
+    assert_eq!(src.matches("kc_peel(").count(), 5, "{src}");
+    assert_eq!(src.matches("for (int64_t i1 = ").count(), 3, "{src}");
+    check_group("peel");
 }
 
 #[test]

@@ -19,7 +19,13 @@ pub const PAR_MIN_WORK: u64 = 32768;
 /// Work (expression evaluations) of one index of the first outer loop: what a runtime weighs
 /// when it splits a launch's range over threads.
 pub fn work_per_row(k: &Kernel) -> u64 {
-    k.outer.iter().skip(1).fold(work_per_point(k), |acc, l| acc.saturating_mul(l.extent as u64)).max(1)
+    k.outer
+        .iter()
+        .skip(1)
+        .fold(work_per_point(k), |acc, l| {
+            acc.saturating_mul(l.extent as u64)
+        })
+        .max(1)
 }
 
 /// The C function for `k` (without the prelude).
@@ -52,7 +58,7 @@ pub fn render_kernel(k: &Kernel) -> Result<String> {
     let locals = local_dtypes(k)?;
     let body = |w: &mut Writer| -> Result<()> {
         for (s, stage) in k.stages.iter().enumerate() {
-            render_stage(w, k, s, stage, &locals)?;
+            render_stage(w, k, s, stage, &locals, false)?;
         }
         Ok(())
     };
@@ -76,18 +82,114 @@ pub fn render_kernel(k: &Kernel) -> Result<String> {
                 "for (int64_t i{v} = begin; i{v} < end; i{v}++)",
                 v = first.var
             ));
-            for l in rest {
-                w.open(&loop_header(l));
-            }
-            body(&mut w)?;
-            for _ in rest {
-                w.close();
+            match (Peel::plan(k)?, rest.split_last()) {
+                (Some(peel), Some((inner, middle))) => {
+                    for l in middle {
+                        w.open(&loop_header(l));
+                    }
+                    peel.render(&mut w, k, inner, &locals)?;
+                    for _ in middle {
+                        w.close();
+                    }
+                }
+                _ => {
+                    for l in rest {
+                        w.open(&loop_header(l));
+                    }
+                    body(&mut w)?;
+                    for _ in rest {
+                        w.close();
+                    }
+                }
             }
             w.close();
         }
     }
     w.close();
     Ok(w.out)
+}
+
+/// The innermost outer loop of a one-stage store kernel split in three (as TVM and Halide
+/// peel loops): the interior, where every `InRange` test holds and every load under a Where
+/// branch is inside its buffer, runs without the tests and clamps — a body the C compiler
+/// vectorises — and the edges before and after it run the guarded body. Resnet's stem
+/// max pool over its -inf padding is such a kernel.
+struct Peel {
+    /// Per guard: `lb <= a * v + rest < hb` must hold in the interior (`v` the loop's var).
+    guards: Vec<(i64, Idx, i64, i64)>,
+}
+
+impl Peel {
+    /// The guards of `k`'s innermost outer loop, when `k` is one store stage with no inner
+    /// loops, has two or more outer loops and every guard's index is affine in that loop.
+    fn plan(k: &Kernel) -> Result<Option<Peel>> {
+        let ([Stage::Store { loops, value, .. }], Some(inner)) = (&k.stages[..], k.outer.last())
+        else {
+            return Ok(None);
+        };
+        if !loops.is_empty() || k.outer.len() < 2 {
+            return Ok(None);
+        }
+        let marks = needed(k, *value)?;
+        let mut guards = Vec::new();
+        for (id, mark) in marks.iter().enumerate() {
+            let (index, lb, hb) = match (&k.exprs[id].expr, mark) {
+                (Expr::InRange { index, lo, hi }, Some(_)) => (index, *lo, *hi),
+                (Expr::Load { arg, index }, Some(false)) => {
+                    let len = k.args.get(*arg as usize).map_or(0, |a| a.len);
+                    (index, 0, i64::try_from(len).unwrap_or(i64::MAX))
+                }
+                _ => continue,
+            };
+            let Some((a, rest)) = split_var(index, inner.var) else {
+                return Ok(None);
+            };
+            guards.push((a, rest, lb, hb));
+        }
+        Ok((!guards.is_empty()).then_some(Peel { guards }))
+    }
+
+    /// The loop `l` (the innermost) as edge, interior and edge loops around the one stage.
+    fn render(&self, w: &mut Writer, k: &Kernel, l: &Loop, locals: &[Option<DType>]) -> Result<()> {
+        let v = l.var;
+        w.open("");
+        w.line(&format!("int64_t lo{v} = 0, hi{v} = {};", l.extent));
+        for (a, rest, lb, hb) in &self.guards {
+            w.line(&format!(
+                "kc_peel(&lo{v}, &hi{v}, {a}, {}, {lb}, {hb});",
+                expr::index(rest)
+            ));
+        }
+        w.line(&format!("if (hi{v} < lo{v}) hi{v} = lo{v};"));
+        for (from, to, interior) in [
+            ("0".to_string(), format!("lo{v}"), false),
+            (format!("lo{v}"), format!("hi{v}"), true),
+            (format!("hi{v}"), l.extent.to_string(), false),
+        ] {
+            w.open(&format!("for (int64_t i{v} = {from}; i{v} < {to}; i{v}++)"));
+            render_stage(w, k, 0, &k.stages[0], locals, interior)?;
+            w.close();
+        }
+        w.close();
+        Ok(())
+    }
+}
+
+/// `index` as `a * v + rest` with `rest` free of `v`, when `index` is affine in `v`.
+fn split_var(index: &Idx, v: u32) -> Option<(i64, Idx)> {
+    match index {
+        Idx::Var(u) if *u == v => Some((1, Idx::Const(0))),
+        Idx::Var(_) | Idx::Const(_) => Some((0, index.clone())),
+        Idx::Add(terms) => terms.iter().try_fold((0i64, Idx::Const(0)), |(a, r), t| {
+            let (ta, tr) = split_var(t, v)?;
+            Some((a.checked_add(ta)?, r.add(tr)))
+        }),
+        Idx::Mul(x, c) => {
+            let (a, r) = split_var(x, v)?;
+            Some((a.checked_mul(*c)?, r.mul(*c)))
+        }
+        Idx::Div(..) | Idx::Mod(..) => (!index.uses(v)).then(|| (0, index.clone())),
+    }
 }
 
 /// The argument's pointer name: `out{i}` when the kernel writes it, `in{i}` (const) otherwise.
@@ -219,6 +321,7 @@ fn render_exprs(
     root: ExprId,
     locals: &[Option<DType>],
     defined: &[bool],
+    interior: bool,
 ) -> Result<()> {
     let marks = needed(k, root)?;
     let local_dtype = |l: u32| -> Option<DType> {
@@ -234,7 +337,7 @@ fn render_exprs(
         let access = |arg: u32, index: &Idx| -> Result<String> {
             let (name, _) = arg_name(k, arg);
             let len = k.args.get(arg as usize).map_or(0, |a| a.len);
-            Ok(if safe {
+            Ok(if safe || interior {
                 format!("{name}[{}]", expr::index(index))
             } else if len == 0 {
                 // Never taken: there is no element to read.
@@ -244,7 +347,11 @@ fn render_exprs(
             })
         };
         let id = id as ExprId;
-        let value = expr::render(k, id, &local_dtype, &access)?;
+        let value = match &k.expr(id).expr {
+            // Inside a peeled loop's interior every padding test holds (see `Peel`).
+            Expr::InRange { .. } if interior => "1".to_string(),
+            _ => expr::render(k, id, &local_dtype, &access)?,
+        };
         w.line(&format!(
             "const {} v{id} = {value};",
             ctype(k.expr(id).dtype)
@@ -253,12 +360,14 @@ fn render_exprs(
     Ok(())
 }
 
+/// Emits stage `s`; `interior`: inside a peeled loop's interior (see [`Peel`]).
 fn render_stage(
     w: &mut Writer,
     k: &Kernel,
     s: usize,
     stage: &Stage,
     locals: &[Option<DType>],
+    interior: bool,
 ) -> Result<()> {
     // Locals of earlier stages only.
     let mut defined = vec![false; locals.len()];
@@ -299,7 +408,7 @@ fn render_stage(
             for l in loops {
                 w.open(&loop_header(l));
             }
-            render_exprs(w, k, *value, locals, &defined)?;
+            render_exprs(w, k, *value, locals, &defined, interior)?;
             let stored = expr::store(a.dtype, &format!("v{value}"));
             w.line(&format!("out{arg}[{}] = {stored};", expr::index(index)));
             for _ in loops {
@@ -335,7 +444,7 @@ fn render_stage(
                 }
                 w.open(&loop_header(l));
             }
-            render_exprs(w, k, *value, locals, &defined)?;
+            render_exprs(w, k, *value, locals, &defined, interior)?;
             w.line(&red.step(&expr::convert(&format!("v{value}"), vt, *dtype)));
             for _ in loops {
                 w.close();

@@ -289,3 +289,23 @@ static inline int64_t kc_clamp(int64_t i, int64_t len) { return i < 0 ? 0 : (i >
 
 /* Bool: lo <= i < hi. */
 static inline uint8_t kc_in_range(int64_t i, int64_t lo, int64_t hi) { return (uint8_t)(lo <= i && i < hi); }
+/* Floor division by d > 0 of any n. */
+static inline int64_t kc_floor_div(int64_t n, int64_t d) { return n >= 0 ? n / d : -((-n + d - 1) / d); }
+/* Narrows the loop range [*lo, *hi) to the v where lb <= a * v + r < hb (loop peeling: the
+ * interior where every padding test holds and every guarded load is inside its buffer). */
+static inline void kc_peel(int64_t* lo, int64_t* hi, int64_t a, int64_t r, int64_t lb, int64_t hb) {
+    int64_t from, to;
+    if (a > 0) {
+        from = -kc_floor_div(r - lb, a);
+        to = -kc_floor_div(r - hb, a);
+    } else if (a < 0) {
+        from = kc_floor_div(r - hb, -a) + 1;
+        to = kc_floor_div(r - lb, -a) + 1;
+    } else {
+        if (lb <= r && r < hb) return;
+        from = *lo;
+        to = *lo;
+    }
+    if (from > *lo) *lo = from;
+    if (to < *hi) *hi = to;
+}
