@@ -82,25 +82,18 @@ pub fn render_kernel(k: &Kernel) -> Result<String> {
                 "for (int64_t i{v} = begin; i{v} < end; i{v}++)",
                 v = first.var
             ));
-            match (Peel::plan(k)?, rest.split_last()) {
-                (Some(peel), Some((inner, middle))) => {
-                    for l in middle {
-                        w.open(&loop_header(l));
-                    }
-                    peel.render(&mut w, k, inner, &locals)?;
-                    for _ in middle {
-                        w.close();
-                    }
-                }
-                _ => {
-                    for l in rest {
-                        w.open(&loop_header(l));
-                    }
-                    body(&mut w)?;
-                    for _ in rest {
-                        w.close();
-                    }
-                }
+            // A peeled kernel renders its innermost loop itself.
+            let peeled = Peel::plan(k)?.zip(rest.split_last());
+            let open = peeled.as_ref().map_or(rest, |(_, (_, middle))| *middle);
+            for l in open {
+                w.open(&loop_header(l));
+            }
+            match &peeled {
+                Some((peel, (inner, _))) => peel.render(&mut w, k, inner, &locals)?,
+                None => body(&mut w)?,
+            }
+            for _ in open {
+                w.close();
             }
             w.close();
         }

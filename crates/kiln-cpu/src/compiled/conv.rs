@@ -189,19 +189,6 @@ pub(crate) fn run(
     let px = ptrs[x.buf.index()] as *const f32;
     let pout = ptrs[out.index()] as *mut f32;
     let p = g.p();
-    // Weights as an [O, K] matrix: as they lie when [Cg, KH, KW] merge, else a dense copy.
-    let wdense: Vec<f32>;
-    let (pw, w_rs, w_cs) = match merged_stride(&w.shape[1..], &w.strides[1..]) {
-        Some(cs) => (
-            (ptrs[w.buf.index()] as *const f32).wrapping_add(w.offset),
-            w.strides[0],
-            cs,
-        ),
-        None => {
-            wdense = read_f32(ptrs, w);
-            (wdense.as_ptr(), g.k(), 1)
-        }
-    };
     // The bias as it lies when dense (the usual constant), else a copy.
     let bias_copy: Vec<f32>;
     let bias: Option<&[f32]> = match inputs.get(2) {
@@ -217,16 +204,20 @@ pub(crate) fn run(
     };
     #[cfg(target_arch = "x86_64")]
     if let Some(cell) = direct {
-        // SAFETY: the weight view is inside its buffer (checked when the executable was
-        // built) and merges to [O, K] with these strides; the output holds N*O*P elements
-        // and overlaps no input; the scratch was sized by `scratch_elems(.., true)`.
+        // SAFETY: the weight matrix is read inside its view (checked when the executable was
+        // built); the output holds N*O*P elements and overlaps no input; the scratch was
+        // sized by `scratch_elems(.., true)`.
         return unsafe {
-            let packed = cell.get_or_init(|| PackedWeights::pack(&g, pw, w_rs, w_cs));
+            let packed = cell.get_or_init(|| {
+                let (_dense, pw, w_rs, w_cs) = weight_matrix(ptrs, w, &g);
+                PackedWeights::pack(&g, pw, w_rs, w_cs)
+            });
             conv_avx512::run(&g, x, px, packed, bias, pout, epi, scratch)
         };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = direct;
+    let (_wdense, pw, w_rs, w_cs) = weight_matrix(ptrs, w, &g);
     // The GEMM packs the right-hand side (the im2col matrix) on every call, so row blocks
     // must be tall for that to stay cheap: at least 128 rows, else the whole output at once.
     let block = match block_rows {
@@ -298,6 +289,24 @@ pub(crate) fn run(
         }
     }
     Ok(())
+}
+
+/// The weights as an `[O, K]` matrix (pointer, row stride, column stride): as they lie when
+/// `[Cg, KH, KW]` merge, else a dense copy, which the returned Vec holds.
+fn weight_matrix(ptrs: &[*mut u8], w: &BufView, g: &Geom) -> (Vec<f32>, *const f32, usize, usize) {
+    match merged_stride(&w.shape[1..], &w.strides[1..]) {
+        Some(cs) => (
+            Vec::new(),
+            (ptrs[w.buf.index()] as *const f32).wrapping_add(w.offset),
+            w.strides[0],
+            cs,
+        ),
+        None => {
+            let dense = read_f32(ptrs, w);
+            let p = dense.as_ptr();
+            (dense, p, g.k(), 1)
+        }
+    }
 }
 
 /// Adds `bias[r]` to every element of row `r` of `out` (rows of `p` elements).
