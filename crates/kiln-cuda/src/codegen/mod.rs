@@ -1,0 +1,1 @@
+//! CUDA C code generation from the kernel IR.
