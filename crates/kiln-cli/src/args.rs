@@ -293,6 +293,14 @@ impl DeviceArg {
             DeviceArg::Cuda => "cuda",
         }
     }
+
+    /// The kiln device.
+    pub fn device(self) -> kiln::Device {
+        match self {
+            DeviceArg::Cpu => kiln::Device::Cpu,
+            DeviceArg::Cuda => kiln::Device::Cuda(0),
+        }
+    }
 }
 
 /// Execution modes, as torch.compile's.

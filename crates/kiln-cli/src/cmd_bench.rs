@@ -131,13 +131,12 @@ pub(crate) fn time_passes(name: &str, args: &BenchArgs, mut pass: impl FnMut() -
 
 /// Refuses, with exit code 2, what needs parts of kiln that are not built yet.
 pub(crate) fn check_supported(device: DeviceArg, mode: ModeArg) -> CliResult<()> {
-    if device == DeviceArg::Cuda {
-        return Err(CliError::NotBuilt(
-            "the CUDA backend is not built yet; run `kiln doctor` to see what this machine offers"
-                .into(),
-        ));
+    if device == DeviceArg::Cuda && matches!(mode, ModeArg::ReduceOverhead | ModeArg::MaxAutotune) {
+        return Err(CliError::NotBuilt(format!(
+            "--mode {} is not built for CUDA yet (eager and default are)",
+            mode.name()
+        )));
     }
-    let _ = mode;
     Ok(())
 }
 
@@ -201,7 +200,7 @@ pub fn bench(args: &BenchArgs) -> CliResult<()> {
     }
     let mut records = Vec::new();
     for name in &args.models {
-        let record = if args.mode != ModeArg::Eager {
+        let record = if args.mode != ModeArg::Eager || args.device == DeviceArg::Cuda {
             cmd_bench_compiled::bench_compiled(name, args, threads)?
         } else if onnx_setup::is_onnx(name) {
             cmd_bench_onnx::bench_onnx(name, args, threads)?
@@ -254,11 +253,13 @@ mod tests {
     }
 
     #[test]
-    fn unbuilt_devices_exit_2_with_the_documented_message() {
+    fn unbuilt_cuda_modes_exit_2_with_the_documented_message() {
         assert!(check_supported(DeviceArg::Cpu, ModeArg::Default).is_ok());
-        let e = check_supported(DeviceArg::Cuda, ModeArg::Eager).unwrap_err();
+        assert!(check_supported(DeviceArg::Cuda, ModeArg::Eager).is_ok());
+        assert!(check_supported(DeviceArg::Cuda, ModeArg::Default).is_ok());
+        let e = check_supported(DeviceArg::Cuda, ModeArg::ReduceOverhead).unwrap_err();
         assert_eq!(e.code(), 2);
-        assert!(e.to_string().contains("kiln doctor"));
+        assert!(e.to_string().contains("reduce-overhead is not built for CUDA"), "{e}");
         assert!(check_supported(DeviceArg::Cpu, ModeArg::Eager).is_ok());
     }
 

@@ -1,7 +1,7 @@
 //! `kiln bench --mode default|reduce-overhead|max-autotune`: compiles the model (zoo name or
 //! .onnx file) once, then times the compiled forward passes as eager ones are timed.
 
-use crate::args::BenchArgs;
+use crate::args::{BenchArgs, DeviceArg};
 use crate::cmd_bench::{BenchRecord, Pass, measured, time_passes};
 use crate::compile_setup;
 use crate::exit::CliResult;
@@ -10,15 +10,19 @@ use crate::exit::CliResult;
 pub fn bench_compiled(name: &str, args: &BenchArgs, threads: usize) -> CliResult<BenchRecord> {
     let m = compile_setup::graph_model(name, &args.model_args, &args.dim_args)?;
     let start = std::time::Instant::now();
-    let compiled = compile_setup::compile(&m, compile_setup::mode(args.mode))?;
+    let compiled = compile_setup::compile(&m, compile_setup::mode(args.mode), args.device.device())?;
     let compile_s = start.elapsed().as_secs_f64();
     let report = compiled.report();
     tracing::info!(model = name, compile_s, kernels = report.kernels, "compiled");
     let kernels = report.kernels as u64;
-    let t = time_passes(name, args, || {
-        let (secs, peak_bytes) = measured(|| Ok(compiled.run(&m.inputs)?))?;
-        Ok(Pass { secs, kernels, peak_bytes })
-    })?;
+    let t = if args.device == DeviceArg::Cuda {
+        crate::cmd_bench_cuda::time_on_gpu(&compiled, &m.inputs, args, kernels)?
+    } else {
+        time_passes(name, args, || {
+            let (secs, peak_bytes) = measured(|| Ok(compiled.run(&m.inputs)?))?;
+            Ok(Pass { secs, kernels, peak_bytes })
+        })?
+    };
     if let Some(top) = args.profile {
         print_profile(name, &compiled, &m.inputs, args.iters as usize, top)?;
     }

@@ -21,7 +21,7 @@ fn max_rel_diff(got: &[kiln_ir::HostTensor], want: &[kiln_ir::HostTensor]) -> f6
 /// Runs the command.
 pub fn explain(args: &ExplainArgs) -> CliResult<()> {
     let m = compile_setup::graph_model(&args.model, &args.model_args, &args.dim_args)?;
-    let compiled = compile_setup::compile(&m, compile_setup::mode(args.mode))?;
+    let compiled = compile_setup::compile(&m, compile_setup::mode(args.mode), kiln::Device::Cpu)?;
     let report = compiled.report();
     println!("model: {} (batch {}{})", m.name, m.batch, m.seq.map(|s| format!(", seq {s}")).unwrap_or_default());
     print!("{report}");

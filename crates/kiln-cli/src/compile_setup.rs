@@ -81,8 +81,8 @@ pub fn graph_model(name: &str, args: &ModelArgs, dims: &OnnxDimArgs) -> CliResul
 }
 
 /// Compiles a captured model for its inputs in `mode`.
-pub fn compile(m: &GraphModel, mode: Mode) -> CliResult<Compiled> {
+pub fn compile(m: &GraphModel, mode: Mode, device: kiln::Device) -> CliResult<Compiled> {
     let shapes: Vec<Vec<usize>> = m.inputs.iter().map(|t| t.shape().to_vec()).collect();
-    let opts = CompileOptions { mode, opt: kiln_opt::OptOptions::from_env()?, ..CompileOptions::default() };
+    let opts = CompileOptions { mode, device, opt: kiln_opt::OptOptions::from_env()?, ..CompileOptions::default() };
     Ok(kiln::compile::compile(&m.graph, &shapes, &opts)?)
 }

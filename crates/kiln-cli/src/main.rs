@@ -6,6 +6,7 @@ mod args;
 mod compile_setup;
 mod cmd_bench;
 mod cmd_bench_compiled;
+mod cmd_bench_cuda;
 mod cmd_bench_onnx;
 mod cmd_doctor;
 mod cmd_explain;

@@ -22,6 +22,10 @@ pub enum Error {
     /// Reading or writing files (safetensors, caches).
     #[error("i/o error: {0}")]
     Io(String),
+    /// The accelerator or its libraries failed: a missing driver or library, out of device
+    /// memory (the message gives the sizes), a kernel that did not compile or launch.
+    #[error("device error: {0}")]
+    Device(String),
 }
 
 impl Error {
@@ -34,6 +38,7 @@ impl Error {
             Error::Unsupported(m) => Error::Unsupported(format!("{at}: {m}")),
             Error::Value(m) => Error::Value(format!("{at}: {m}")),
             Error::Io(m) => Error::Io(format!("{at}: {m}")),
+            Error::Device(m) => Error::Device(format!("{at}: {m}")),
         }
     }
 }

@@ -291,7 +291,7 @@ fn bind_consts(p: &Program) -> Result<Vec<HostTensor>> {
 
 /// Offsets of the temporaries: the memory plan's, checked, or (without a plan) one disjoint
 /// aligned slot each.
-fn place_temps(p: &Program) -> Result<(Vec<Option<usize>>, usize)> {
+pub fn place_temps(p: &Program) -> Result<(Vec<Option<usize>>, usize)> {
     let Some(plan) = &p.memory else {
         let mut offsets = vec![None; p.buffers.len()];
         let mut end = 0usize;
@@ -333,7 +333,7 @@ fn place_temps(p: &Program) -> Result<(Vec<Option<usize>>, usize)> {
 }
 
 /// Checks each step's arguments and views against the buffers.
-fn check_steps(p: &Program) -> Result<()> {
+pub fn check_steps(p: &Program) -> Result<()> {
     let temp = |id: &BufId, what: &str| -> Result<()> {
         match p.buffers.get(id.index()) {
             Some(b) if b.kind == BufKind::Temp => Ok(()),

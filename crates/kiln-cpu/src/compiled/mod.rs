@@ -23,7 +23,7 @@ mod tuning;
 mod views;
 
 pub use autotune::{AutotuneOptions, AutotuneReport, MIN_GAIN, StepResult, WHOLE_RUNS, autotune};
-pub use executable::Executable;
+pub use executable::{Executable, check_steps, place_temps};
 pub use interp::InterpKernels;
 pub use launch::LaunchKernel;
 pub use profile::{StepTime, profile};

@@ -22,6 +22,8 @@ pub struct CompileOptions {
     pub cache_dir: Option<std::path::PathBuf>,
     /// max-autotune's search budget; `None`: `$KILN_AUTOTUNE_BUDGET_S`, else 60 s.
     pub autotune_budget: Option<std::time::Duration>,
+    /// Where the compiled graph runs. On CUDA, `eager` means one kernel per op (fusion off).
+    pub device: crate::Device,
 }
 
 /// A graph ready to run: compiled kernels, or the reference interpreter.
@@ -33,6 +35,8 @@ pub struct Compiled {
 enum Runner {
     Eager(Graph),
     Program(Executable),
+    #[cfg(feature = "cuda")]
+    Cuda(kiln_cuda::Executable),
 }
 
 impl Compiled {
@@ -41,6 +45,21 @@ impl Compiled {
         match &self.runner {
             Runner::Eager(g) => kiln_cpu::run(g, inputs),
             Runner::Program(exe) => exe.run(inputs),
+            #[cfg(feature = "cuda")]
+            Runner::Cuda(exe) => exe.run(inputs),
+        }
+    }
+
+    /// GPU time of `iters` runs after `warmup`, in milliseconds, measured with CUDA events
+    /// (inputs copied up once); `None` when this does not run on a GPU.
+    pub fn time_device(&self, inputs: &[HostTensor], warmup: usize, iters: usize) -> Result<Option<Vec<f64>>> {
+        match &self.runner {
+            #[cfg(feature = "cuda")]
+            Runner::Cuda(exe) => exe.time_runs(inputs, warmup, iters).map(Some),
+            _ => {
+                let _ = (inputs, warmup, iters);
+                Ok(None)
+            }
         }
     }
 
@@ -52,8 +71,8 @@ impl Compiled {
         runs: usize,
     ) -> Result<Option<(Vec<kiln_cpu::compiled::StepTime>, std::time::Duration)>> {
         match &self.runner {
-            Runner::Eager(_) => Ok(None),
             Runner::Program(exe) => kiln_cpu::compiled::profile(exe, inputs, runs).map(Some),
+            _ => Ok(None),
         }
     }
 
@@ -94,6 +113,9 @@ fn eager_fallback(graph: &Graph, mode: Mode, eager_kernels: usize, why: &str) ->
 
 /// Compiles `graph` for inputs of the given shapes (symbolic dims are bound to them).
 pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -> Result<Compiled> {
+    if let crate::Device::Cuda(ordinal) = opts.device {
+        return compile_cuda(graph, input_shapes, opts, ordinal);
+    }
     let eager_kernels = graph.compute_nodes();
     if opts.mode == Mode::Eager {
         return Ok(Compiled { runner: Runner::Eager(graph.clone()), report: CompileReport::eager(opts.mode, eager_kernels, None) });
@@ -171,6 +193,41 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
     Ok(Compiled { runner: Runner::Program(exe), report })
 }
 
+/// [`compile`] for a CUDA device: the same front half, then CUDA C through NVRTC and library
+/// calls ([`kiln_cuda::Executable`]).
+#[cfg(feature = "cuda")]
+fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions, ordinal: usize) -> Result<Compiled> {
+    let gpu = kiln_cuda::Gpu::open(ordinal)?;
+    let (program, mut report) = plan(graph, input_shapes, opts)?;
+    let mut times = std::mem::take(&mut report.times);
+    let t = Instant::now();
+    let cache = match opts.cache_dir.as_ref().map(DiskCache::open).unwrap_or_else(DiskCache::open_default) {
+        Ok(cache) => cache,
+        Err(e) => {
+            tracing::warn!(target: "kiln::cache", "disk cache unusable ({e}); building in a temporary directory");
+            DiskCache::temp()?
+        }
+    };
+    let exe = kiln_cuda::Executable::new(program, &gpu, &cache)?;
+    times.build = t.elapsed();
+    if exe.host_steps() > 0 {
+        tracing::warn!(target: "kiln::cuda", "{} step(s) run on the host (no GPU path yet); see KILN_LOG=kiln::cuda=info", exe.host_steps());
+    }
+    report.cache = exe.cache_outcome().map(|o| match o {
+        CacheOutcome::Hit => "hit".to_string(),
+        CacheOutcome::Miss => "miss".to_string(),
+        CacheOutcome::Rebuilt { reason } => format!("rebuilt ({reason})"),
+    });
+    report.source = Some(exe.source().source.clone());
+    report.times = times;
+    Ok(Compiled { runner: Runner::Cuda(exe), report })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn compile_cuda(_: &Graph, _: &[Vec<usize>], _: &CompileOptions, ordinal: usize) -> Result<Compiled> {
+    Err(kiln_ir::Error::Unsupported(format!("cuda:{ordinal}: this kiln was built without the `cuda` feature")))
+}
+
 /// The front half of [`compile`]: binds dims, runs the passes, schedules and plans memory.
 /// The [`Program`] it returns can run on any kernel launcher (the generated C, or the kernel-IR
 /// interpreter in tests); the report has everything but the code-generation stages.
@@ -188,7 +245,9 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
     times.passes = t.elapsed();
 
     let t = Instant::now();
-    let (mut program, fusion) = kiln_sched::schedule(&optimized, &ScheduleOptions { fuse: true, externs: true })?;
+    // Eager on a GPU is the one-kernel-per-op baseline; on the CPU eager never gets here.
+    let fuse = !(opts.mode == Mode::Eager && opts.device != crate::Device::Cpu);
+    let (mut program, fusion) = kiln_sched::schedule(&optimized, &ScheduleOptions { fuse, externs: true })?;
     times.schedule = t.elapsed();
     tracing::info!(target: "kiln::fusion", "{} launches per run (eager {eager_kernels})\n{fusion}", program.launches());
 

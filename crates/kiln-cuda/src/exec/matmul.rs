@@ -1,0 +1,159 @@
+//! MatMul through cuBLAS, in strict fp32 (`CUBLAS_DEFAULT_MATH`: no TF32, as PyTorch's default
+//! for matmuls). kiln's row-major `C[M,N] = A[M,K] B[K,N]` is cuBLAS's column-major
+//! `Cᵀ = Bᵀ Aᵀ`; each operand is passed as it is stored (row- or column-major through its
+//! strides), so transposed views need no copy.
+
+use crate::device::Gpu;
+use cudarc::cublas::{result, sys};
+use kiln_ir::{Error, Result};
+use kiln_sched::BufView;
+
+/// How one operand is stored: `trans` when column-major, and its leading dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Operand {
+    col_major: bool,
+    ld: usize,
+}
+
+/// A `rows x cols` matrix with strides `(sr, sc)` as cuBLAS can read it, if it can.
+fn operand(rows: usize, cols: usize, sr: usize, sc: usize) -> Option<Operand> {
+    if sc == 1 || cols <= 1 {
+        let ld = if rows <= 1 { cols.max(1) } else { sr };
+        (ld >= cols.max(1)).then_some(Operand { col_major: false, ld })
+    } else if sr == 1 || rows <= 1 {
+        let ld = if cols <= 1 { rows.max(1) } else { sc };
+        (ld >= rows.max(1)).then_some(Operand { col_major: true, ld })
+    } else {
+        None
+    }
+}
+
+/// Element offsets of each batch entry of `v` (batch dims = all but the last two), for the
+/// output's batch dims `batch` (broadcast from the left, as numpy).
+fn batch_offsets(v: &BufView, batch: &[usize]) -> Vec<usize> {
+    let r = v.shape.len() - 2;
+    let pad = batch.len() - r;
+    let mut offs = vec![v.offset];
+    for (i, &n) in batch.iter().enumerate() {
+        let (dim, stride) = if i < pad { (1, 0) } else { (v.shape[i - pad], v.strides[i - pad]) };
+        let step = if dim == 1 { 0 } else { stride };
+        offs = offs.iter().flat_map(|&o| (0..n).map(move |j| o + j * step)).collect();
+    }
+    offs
+}
+
+/// The single stride between consecutive entries, when there is one.
+fn uniform(offs: &[usize]) -> Option<i64> {
+    let d = offs.get(1).map_or(0, |&o| o as i64 - offs[0] as i64);
+    offs.windows(2).all(|w| w[1] as i64 - w[0] as i64 == d).then_some(d)
+}
+
+/// A matmul step's shapes and per-batch offsets, fixed when the executable is built.
+pub(crate) struct MatmulPlan {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Operand,
+    b: Operand,
+    a_offs: Vec<usize>,
+    b_offs: Vec<usize>,
+}
+
+impl MatmulPlan {
+    /// Plans `a [.., M, K] @ b [.., K, N] -> out [.., M, N]` (dense), or `None` when an operand's
+    /// strides are not a matrix cuBLAS reads (the caller runs the step on the host).
+    pub fn new(inputs: &[BufView], out_shape: &[usize]) -> Result<Option<MatmulPlan>> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        if a.shape.len() < 2 || b.shape.len() < 2 || out_shape.len() < 2 {
+            return Err(Error::Graph(format!("matmul extern on ranks {} and {}", a.shape.len(), b.shape.len())));
+        }
+        let (ra, rb) = (a.shape.len(), b.shape.len());
+        let (m, k, n) = (a.shape[ra - 2], a.shape[ra - 1], b.shape[rb - 1]);
+        let batch = &out_shape[..out_shape.len() - 2];
+        let big = [m, n, k].iter().any(|&d| d >= i32::MAX as usize);
+        let (Some(ao), Some(bo)) = (
+            operand(m, k, a.strides[ra - 2], a.strides[ra - 1]),
+            operand(k, n, b.strides[rb - 2], b.strides[rb - 1]),
+        ) else {
+            return Ok(None);
+        };
+        if big || ao.ld >= i32::MAX as usize || bo.ld >= i32::MAX as usize {
+            return Ok(None);
+        }
+        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs: batch_offsets(a, batch), b_offs: batch_offsets(b, batch) }))
+    }
+
+    /// Runs the matmul on kiln's stream: `a`, `b` are the operands' buffer addresses (the
+    /// views' offsets are applied here), `c` the dense output.
+    ///
+    /// # Safety
+    /// The addresses must hold the buffers this plan was made for.
+    pub unsafe fn run(&self, gpu: &Gpu, a: u64, b: u64, c: u64) -> Result<()> {
+        let batches = self.a_offs.len();
+        if self.m == 0 || self.n == 0 || batches == 0 {
+            return Ok(());
+        }
+        let h = gpu.cublas()?.0;
+        let op = |o: Operand| if o.col_major { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
+        let (one, zero) = (1f32, 0f32);
+        let (m, n, k) = (self.m as i32, self.n as i32, self.k as i32);
+        let addr = |base: u64, off: usize| (base + 4 * off as u64) as *const f32;
+        let err = |e| Error::Device(format!("cuBLAS sgemm [{}x{}]x[{}x{}]: {e:?}", self.m, self.k, self.k, self.n));
+        // Column-major: C^T (N x M) = B^T (N x K) * A^T (K x M).
+        match (uniform(&self.a_offs), uniform(&self.b_offs)) {
+            (Some(sa), Some(sb)) if batches <= i32::MAX as usize => unsafe {
+                // SAFETY: per this function's contract.
+                result::sgemm_strided_batched(
+                    h, op(self.b), op(self.a), n, m, k, &one,
+                    addr(b, self.b_offs[0]), self.b.ld as i32, sb,
+                    addr(a, self.a_offs[0]), self.a.ld as i32, sa,
+                    &zero, c as *mut f32, n, (self.m * self.n) as i64, batches as i32,
+                )
+                .map_err(err)
+            },
+            _ => {
+                for i in 0..batches {
+                    // SAFETY: per this function's contract.
+                    unsafe {
+                        result::sgemm(
+                            h, op(self.b), op(self.a), n, m, k, &one,
+                            addr(b, self.b_offs[i]), self.b.ld as i32,
+                            addr(a, self.a_offs[i]), self.a.ld as i32,
+                            &zero, (c + 4 * (i * self.m * self.n) as u64) as *mut f32, n,
+                        )
+                        .map_err(err)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_sched::BufId;
+
+    #[test]
+    fn operands_are_read_row_or_column_major_through_their_strides() {
+        assert_eq!(operand(3, 4, 4, 1), Some(Operand { col_major: false, ld: 4 }));
+        assert_eq!(operand(3, 4, 1, 3), Some(Operand { col_major: true, ld: 3 }));
+        assert_eq!(operand(3, 4, 8, 1), Some(Operand { col_major: false, ld: 8 }));
+        assert_eq!(operand(1, 4, 0, 1), Some(Operand { col_major: false, ld: 4 }));
+        assert_eq!(operand(3, 1, 1, 0), Some(Operand { col_major: false, ld: 3 }));
+        assert_eq!(operand(3, 4, 8, 2), None);
+        assert_eq!(operand(3, 4, 2, 1), None, "rows overlap: ld below cols");
+    }
+
+    #[test]
+    fn batch_offsets_broadcast_from_the_left() {
+        let v = BufView { buf: BufId(0), offset: 5, shape: vec![2, 3, 4], strides: vec![12, 4, 1] };
+        assert_eq!(batch_offsets(&v, &[3, 2]), vec![5, 17, 5, 17, 5, 17]);
+        assert_eq!(uniform(&batch_offsets(&v, &[2])), Some(12));
+        assert_eq!(uniform(&batch_offsets(&v, &[3, 2])), None);
+        let w = BufView { buf: BufId(0), offset: 0, shape: vec![3, 4], strides: vec![4, 1] };
+        assert_eq!(batch_offsets(&w, &[6]), vec![0; 6]);
+        assert_eq!(uniform(&[0; 6]), Some(0));
+    }
+}

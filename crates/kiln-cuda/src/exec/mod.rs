@@ -1,0 +1,286 @@
+//! [`Executable`]: a scheduled [`Program`] bound to one GPU — constants uploaded once, one
+//! arena for the temporaries (the memory plan's offsets), input staging buffers, the kernels
+//! compiled (through the disk cache) and loaded, and every library call planned. A run copies
+//! the inputs up, issues every step on kiln's stream and copies the outputs back.
+
+mod conv;
+mod host;
+mod matmul;
+
+use crate::codegen::{CudaSource, Launch, NVRTC_OPTIONS, render_cuda};
+use crate::device::{DeviceBuffer, Gpu, driver_error};
+use crate::module::Module;
+use conv::ConvPlan;
+use cudarc::driver::{result, sys};
+use kiln_ir::{Error, HostTensor, Op, Result};
+use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, Program, StepKind};
+use matmul::MatmulPlan;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+/// A kernel launch with its arguments bound.
+struct KernelCall {
+    func: sys::CUfunction,
+    name: String,
+    grid: (u32, u32),
+    /// Buffer addresses, then `begin`, `end` of the first outer loop.
+    args: Vec<u64>,
+    range: [i64; 2],
+}
+
+/// One step, resolved to device addresses.
+enum GpuStep {
+    Kernel(KernelCall),
+    Matmul { plan: MatmulPlan, a: u64, b: u64, c: u64, epilogue: Option<KernelCall> },
+    Conv { plan: ConvPlan, x: u64, w: u64, bias: Option<u64>, y: u64, epilogue: Option<KernelCall> },
+    Host { op: Op, inputs: Vec<BufView>, out: u64, epilogue: Option<KernelCall> },
+}
+
+/// A program ready to run on a GPU.
+pub struct Executable {
+    gpu: Arc<Gpu>,
+    program: Program,
+    steps: Vec<GpuStep>,
+    /// Device address of every buffer.
+    ptrs: Vec<u64>,
+    _module: Option<Module>,
+    _consts: Vec<DeviceBuffer>,
+    _arena: DeviceBuffer,
+    _staging: Vec<DeviceBuffer>,
+    workspace: Option<DeviceBuffer>,
+    source: CudaSource,
+    cache: Option<CacheOutcome>,
+    /// Runs share the staging buffers and arena: one at a time.
+    lock: Mutex<()>,
+}
+
+// SAFETY: raw handles in the steps are context-wide; runs are serialised by `lock`.
+unsafe impl Send for Executable {}
+unsafe impl Sync for Executable {}
+
+fn addr(base: u64, v: &BufView, elem: usize) -> u64 {
+    base + (v.offset * elem) as u64
+}
+
+impl Executable {
+    /// Binds `program` to `gpu`: renders and compiles its kernels (cubin from `cache` when
+    /// there), uploads its constants and allocates its memory.
+    pub fn new(program: Program, gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Executable> {
+        kiln_cpu::compiled::check_steps(&program)?;
+        let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
+        let source = render_cuda(&program)?;
+        tracing::info!(target: "kiln::output_code", "generated CUDA C ({} kernels):\n{}", source.kernels.len(), source.source);
+        let (arch_major, arch_minor) = gpu.capability();
+        let (module, cache_outcome) = if source.kernels.is_empty() {
+            (None, None)
+        } else {
+            let arch = (arch_major * 10 + arch_minor) as u32;
+            let (cubin, outcome) = crate::nvrtc::cached_cubin(cache, &source.source, arch, NVRTC_OPTIONS)?;
+            let names: Vec<&str> = source.kernels.iter().map(|k| k.name.as_str()).collect();
+            (Some(Module::load(gpu, &cubin, &names)?), Some(outcome))
+        };
+
+        let arena = gpu.alloc(arena_bytes)?;
+        let mut consts = Vec::new();
+        let mut staging = Vec::new();
+        let mut ptrs = vec![0u64; program.buffers.len()];
+        for (i, b) in program.buffers.iter().enumerate() {
+            ptrs[i] = match b.kind {
+                BufKind::Temp => arena.ptr() + offsets[i].unwrap_or(0) as u64,
+                BufKind::Input(_) => {
+                    staging.push(gpu.alloc(b.bytes())?);
+                    staging.last().map_or(0, DeviceBuffer::ptr)
+                }
+                BufKind::Const(id) => {
+                    let t = program.consts.get(id.0 as usize).ok_or_else(|| Error::Graph(format!("buffer {i} names constant {} of {}", id.0, program.consts.len())))?;
+                    consts.push(gpu.upload(t)?);
+                    consts.last().map_or(0, DeviceBuffer::ptr)
+                }
+            };
+        }
+
+        let launch_of = |name: &str| -> Result<(sys::CUfunction, Launch)> {
+            let info = source.kernels.iter().find(|k| k.name == name).ok_or_else(|| Error::Device(format!("kernel {name} was not rendered")))?;
+            let module = module.as_ref().ok_or_else(|| Error::Device("no kernels were compiled".into()))?;
+            Ok((module.function(name)?, info.launch))
+        };
+        let call = |kernel: &kiln_sched::kernel::Kernel, args: &[kiln_sched::BufId]| -> Result<KernelCall> {
+            let (func, launch) = launch_of(&kernel.name)?;
+            let end = kernel.outer.first().map_or(1, |l| l.extent) as i64;
+            let points = kernel.outer_points() as u64;
+            Ok(KernelCall {
+                func,
+                name: kernel.name.clone(),
+                grid: if points == 0 { (0, 0) } else { launch.grid(points) },
+                args: args.iter().map(|a| ptrs[a.index()]).collect(),
+                range: [0, end],
+            })
+        };
+        let epilogue = |e: &Option<Epilogue>| e.as_ref().map(|e| call(&e.kernel, &e.args)).transpose();
+
+        let mut steps = Vec::with_capacity(program.steps.len());
+        let mut workspace = 0usize;
+        for step in &program.steps {
+            steps.push(match &step.kind {
+                StepKind::Kernel { kernel, args } => GpuStep::Kernel(call(kernel, args)?),
+                StepKind::Extern { op, inputs, out, out_shape, epilogue: e } => {
+                    let y = ptrs[out.index()];
+                    let host = |op: Op| -> Result<GpuStep> {
+                        tracing::info!(target: "kiln::cuda", "{} {:?} -> {out_shape:?} runs on the host (no library path for these strides)", op.name(), inputs.iter().map(|v| &v.shape).collect::<Vec<_>>());
+                        Ok(GpuStep::Host { op, inputs: inputs.clone(), out: y, epilogue: epilogue(e)? })
+                    };
+                    match op {
+                        ExternOp::MatMul => match MatmulPlan::new(inputs, out_shape)? {
+                            Some(plan) => GpuStep::Matmul { plan, a: ptrs[inputs[0].buf.index()], b: ptrs[inputs[1].buf.index()], c: y, epilogue: epilogue(e)? },
+                            None => host(Op::MatMul)?,
+                        },
+                        ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape)? {
+                            Some(plan) => {
+                                workspace = workspace.max(plan.workspace);
+                                let at = |v: &BufView| addr(ptrs[v.buf.index()], v, 4);
+                                GpuStep::Conv { plan, x: at(&inputs[0]), w: at(&inputs[1]), bias: inputs.get(2).map(at), y, epilogue: epilogue(e)? }
+                            }
+                            None => host(Op::Conv2d(*attrs))?,
+                        },
+                    }
+                }
+                StepKind::Eval { op, inputs, out, .. } => GpuStep::Host { op: op.clone(), inputs: inputs.clone(), out: ptrs[out.index()], epilogue: None },
+            });
+        }
+        let workspace = if workspace > 0 { Some(gpu.alloc(workspace)?) } else { None };
+        Ok(Executable {
+            gpu: gpu.clone(),
+            program,
+            steps,
+            ptrs,
+            _module: module,
+            _consts: consts,
+            _arena: arena,
+            _staging: staging,
+            workspace,
+            source,
+            cache: cache_outcome,
+            lock: Mutex::new(()),
+        })
+    }
+
+    /// The generated CUDA C and each kernel's launch shape.
+    pub fn source(&self) -> &CudaSource {
+        &self.source
+    }
+
+    /// Whether the kernels' cubin came from the disk cache (`None`: no kernels).
+    pub fn cache_outcome(&self) -> Option<&CacheOutcome> {
+        self.cache.as_ref()
+    }
+
+    /// Steps that run on the host (reference kernels) rather than the GPU.
+    pub fn host_steps(&self) -> usize {
+        self.steps.iter().filter(|s| matches!(s, GpuStep::Host { .. })).count()
+    }
+
+    /// The GPU this runs on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Runs on `inputs` (in the program's input order) and returns the outputs.
+    pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.stage_inputs(inputs)?;
+        self.issue()?;
+        self.program
+            .outputs
+            .iter()
+            .map(|(id, shape)| self.gpu.download(self.ptrs[id.index()], self.program.buffer(*id).dtype, shape))
+            .collect()
+    }
+
+    /// Device times of `iters` runs after `warmup` (inputs copied up once, outputs left on
+    /// the device), each measured with CUDA events, in milliseconds.
+    pub fn time_runs(&self, inputs: &[HostTensor], warmup: usize, iters: usize) -> Result<Vec<f64>> {
+        let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.stage_inputs(inputs)?;
+        for _ in 0..warmup {
+            self.issue()?;
+        }
+        self.gpu.synchronize()?;
+        let ev = || result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| driver_error("creating an event", e));
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let (start, end) = (ev()?, ev()?);
+            // SAFETY: fresh events recorded on kiln's live stream, destroyed after use.
+            unsafe {
+                result::event::record(start, self.gpu.cu_stream()).map_err(|e| driver_error("recording an event", e))?;
+                self.issue()?;
+                result::event::record(end, self.gpu.cu_stream()).map_err(|e| driver_error("recording an event", e))?;
+                result::event::synchronize(end).map_err(|e| driver_error("waiting for an event", e))?;
+                times.push(result::event::elapsed(start, end).map_err(|e| driver_error("reading an event", e))? as f64);
+                let _ = result::event::destroy(start);
+                let _ = result::event::destroy(end);
+            }
+        }
+        Ok(times)
+    }
+
+    /// Checks `inputs` against the program and copies them into the staging buffers.
+    fn stage_inputs(&self, inputs: &[HostTensor]) -> Result<()> {
+        let p = &self.program;
+        if inputs.len() != p.inputs.len() {
+            return Err(Error::Value(format!("the program takes {} inputs, got {}", p.inputs.len(), inputs.len())));
+        }
+        for (i, (t, id)) in inputs.iter().zip(&p.inputs).enumerate() {
+            let b = p.buffer(*id);
+            if t.dtype() != b.dtype || t.numel() != b.numel {
+                return Err(Error::Value(format!(
+                    "input {i}: expected {} elements of {}, got {:?} of {}",
+                    b.numel, b.dtype, t.shape(), t.dtype()
+                )));
+            }
+            self.gpu.write(self.ptrs[id.index()], &t.contiguous().storage.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Issues every step on kiln's stream.
+    fn issue(&self) -> Result<()> {
+        self.gpu.bind()?;
+        for step in &self.steps {
+            match step {
+                GpuStep::Kernel(k) => self.launch(k)?,
+                GpuStep::Matmul { plan, a, b, c, epilogue } => {
+                    // SAFETY: the addresses are this program's buffers, which the plan was made for.
+                    unsafe { plan.run(&self.gpu, *a, *b, *c)? };
+                    self.launch_opt(epilogue)?;
+                }
+                GpuStep::Conv { plan, x, w, bias, y, epilogue } => {
+                    let ws = self.workspace.as_ref().map_or(0, DeviceBuffer::ptr);
+                    // SAFETY: as above; the workspace is the largest any plan asked for.
+                    unsafe { plan.run(&self.gpu, *x, *w, *bias, *y, ws)? };
+                    self.launch_opt(epilogue)?;
+                }
+                GpuStep::Host { op, inputs, out, epilogue } => {
+                    host::eval_on_host(&self.gpu, &self.program, &self.ptrs, op, inputs, *out)?;
+                    self.launch_opt(epilogue)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn launch_opt(&self, k: &Option<KernelCall>) -> Result<()> {
+        k.as_ref().map_or(Ok(()), |k| self.launch(k))
+    }
+
+    fn launch(&self, k: &KernelCall) -> Result<()> {
+        if k.grid.0 == 0 {
+            return Ok(());
+        }
+        let mut params: Vec<*mut c_void> = k.args.iter().map(|a| a as *const u64 as *mut c_void).collect();
+        params.extend(k.range.iter().map(|r| r as *const i64 as *mut c_void));
+        // SAFETY: the function was compiled from this kernel's source, whose parameters are the
+        // buffer pointers then begin/end; every pointer addresses a live buffer of the program.
+        unsafe { result::launch_kernel(k.func, (k.grid.0, 1, 1), (k.grid.1, 1, 1), 0, self.gpu.cu_stream(), &mut params) }
+            .map_err(|e| driver_error(&format!("launching kernel {}", k.name), e))
+    }
+}

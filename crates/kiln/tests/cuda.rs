@@ -1,0 +1,185 @@
+//! The CUDA backend against the reference interpreter, on a real GPU. Without one (CI) each
+//! test prints one line saying why it skipped and passes. Convs run in strict fp32 here
+//! (`KILN_CUDA_TF32=0`), so every comparison uses the CPU compiler's tolerances.
+
+mod support;
+
+use kiln::compile::{CompileOptions, Compiled, Mode, compile};
+use kiln::nn::VarBuilder;
+use kiln::zoo::{self, Model, bert, gpt2, resnet};
+use kiln::{DType, Device};
+use kiln_cuda::Gpu;
+use kiln_ir::HostTensor;
+use support::random_graph::{compare, random_graph};
+
+fn gpu_or_skip(test: &str) -> bool {
+    // SAFETY: set before any GPU work, the same value from every test of this binary.
+    unsafe { std::env::set_var("KILN_CUDA_TF32", "0") };
+    let ok = Gpu::available();
+    if !ok {
+        eprintln!("{test}: skipped, no CUDA GPU here (the driver library or a device is missing)");
+    }
+    ok
+}
+
+fn cache_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kiln-cuda-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn on_gpu(mode: Mode, cache: &std::path::Path) -> CompileOptions {
+    CompileOptions { mode, device: Device::Cuda(0), cache_dir: Some(cache.to_path_buf()), ..CompileOptions::default() }
+}
+
+fn shapes(xs: &[HostTensor]) -> Vec<Vec<usize>> {
+    xs.iter().map(|t| t.shape().to_vec()).collect()
+}
+
+fn run_on_gpu(g: &kiln_ir::Graph, xs: &[HostTensor], mode: Mode, cache: &std::path::Path) -> Result<(Vec<HostTensor>, Compiled), String> {
+    let c = compile(g, &shapes(xs), &on_gpu(mode, cache)).map_err(|e| format!("compile: {e}"))?;
+    let out = c.run(xs).map_err(|e| format!("run: {e}"))?;
+    Ok((out, c))
+}
+
+#[test]
+fn random_graphs_on_the_gpu_match_the_interpreter() {
+    if !gpu_or_skip("random_graphs_on_the_gpu_match_the_interpreter") {
+        return;
+    }
+    let dir = cache_dir("random");
+    let mut failures = Vec::new();
+    for seed in 0..200u64 {
+        let (g, xs) = random_graph(seed.wrapping_mul(0x9e3779b97f4a7c15));
+        let want = kiln_cpu::run(&g, &xs).unwrap();
+        for mode in [Mode::Default, Mode::Eager] {
+            match run_on_gpu(&g, &xs, mode, &dir).and_then(|(got, c)| {
+                compare(&got, &want, 1e-4, 1e-5).map_err(|e| format!("{e}\n{}", c.report().source.clone().unwrap_or_default()))
+            }) {
+                Ok(()) => {}
+                Err(e) => failures.push(format!("seed {seed} {mode:?}: {e}\n{g}")),
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{} of 400 failed; first:\n{}", failures.len(), failures[0]);
+}
+
+#[test]
+fn zoo_models_on_the_gpu_match_the_interpreter() {
+    if !gpu_or_skip("zoo_models_on_the_gpu_match_the_interpreter") {
+        return;
+    }
+    let dir = cache_dir("zoo");
+    let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Bottleneck, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
+    let rn = resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 2).unwrap();
+    let bert = bert::Bert::new(VarBuilder::random(1, DType::F32), &bert::BertConfig::tiny(), 2, 7).unwrap();
+    let gpt = gpt2::Gpt2::new(VarBuilder::random(1, DType::F32), &gpt2::Gpt2Config::tiny(), 2, 5).unwrap();
+    for m in [&rn as &dyn Model, &bert, &gpt] {
+        let g = zoo::trace_model(m).unwrap();
+        let xs: Vec<HostTensor> = m.example_inputs(3).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
+        let want = kiln_cpu::run(&g, &xs).unwrap();
+        for mode in [Mode::Default, Mode::Eager] {
+            let (got, c) = run_on_gpu(&g, &xs, mode, &dir).unwrap_or_else(|e| panic!("{} {mode:?}: {e}", m.name()));
+            compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{} {mode:?}: {e}", m.name()));
+            eprintln!("{} {mode:?}: {} launches per run", m.name(), c.kernels());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn out_of_memory_is_an_error_with_sizes_and_the_next_call_works() {
+    if !gpu_or_skip("out_of_memory_is_an_error_with_sizes_and_the_next_call_works") {
+        return;
+    }
+    let gpu = Gpu::open(0).unwrap();
+    let before = gpu.memory_stats();
+    let err = gpu.alloc(1 << 50).err().expect("a petabyte allocation must fail");
+    let msg = err.to_string();
+    assert!(msg.contains("out of GPU memory") && msg.contains("asked for 1073741824.0 MiB"), "{msg}");
+    assert_eq!(gpu.memory_stats().allocated, before.allocated);
+    // An absurd batch fails to compile with the same error; a sane one then compiles and runs.
+    let dir = cache_dir("oom");
+    let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Basic, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
+    let big = resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 1 << 22).unwrap();
+    let g = zoo::trace_model(&big).unwrap();
+    let shapes = vec![vec![1 << 22, 3, 32, 32]];
+    let err = compile(&g, &shapes, &on_gpu(Mode::Default, &dir)).err().expect("a 4M-image batch must not fit");
+    assert!(err.to_string().contains("out of GPU memory"), "{err}");
+    let small = resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 2).unwrap();
+    let g = zoo::trace_model(&small).unwrap();
+    let xs: Vec<HostTensor> = small.example_inputs(3).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
+    let (got, _) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap();
+    compare(&got, &kiln_cpu::run(&g, &xs).unwrap(), 1e-4, 1e-5).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_allocator_reuses_freed_blocks_and_counts_them() {
+    if !gpu_or_skip("the_allocator_reuses_freed_blocks_and_counts_them") {
+        return;
+    }
+    let gpu = Gpu::open(0).unwrap();
+    // 37 MiB + 5: an odd size no other test of this binary asks for.
+    let size = (37 << 20) + 5;
+    let a = gpu.alloc(size).unwrap();
+    let (ptr, s1) = (a.ptr(), gpu.memory_stats());
+    assert!(a.bytes() >= size && a.bytes() % (2 << 20) == 0);
+    drop(a);
+    let b = gpu.alloc(size).unwrap();
+    let s2 = gpu.memory_stats();
+    assert_eq!(b.ptr(), ptr, "the freed block is handed out again");
+    assert_eq!(s2.cache_hits, s1.cache_hits + 1);
+    assert_eq!(s2.driver_allocs, s1.driver_allocs);
+    assert!(s2.peak_allocated >= b.bytes());
+    let t = HostTensor::from_vec((0..1000).map(|i| i as f32 * 0.5).collect(), &[10, 100]).unwrap();
+    let up = gpu.upload(&t).unwrap();
+    let back = gpu.download(up.ptr(), DType::F32, &[10, 100]).unwrap();
+    assert_eq!(back.to_vec::<f32>().unwrap(), t.to_vec::<f32>().unwrap());
+}
+
+#[test]
+fn a_corrupted_cubin_in_the_cache_is_rebuilt() {
+    if !gpu_or_skip("a_corrupted_cubin_in_the_cache_is_rebuilt") {
+        return;
+    }
+    let dir = cache_dir("corrupt");
+    let (g, xs) = random_graph(7);
+    let want = kiln_cpu::run(&g, &xs).unwrap();
+    let (_, c) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap();
+    assert_eq!(c.report().cache.as_deref(), Some("miss"));
+    let (_, c) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap();
+    assert_eq!(c.report().cache.as_deref(), Some("hit"));
+    let cubins: Vec<_> = walk(&dir).into_iter().filter(|p| p.extension().is_some_and(|e| e == "cubin")).collect();
+    assert_eq!(cubins.len(), 1, "{cubins:?}");
+    let mut bytes = std::fs::read(&cubins[0]).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&cubins[0], &bytes).unwrap();
+    let (got, c) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap();
+    assert!(c.report().cache.as_deref().is_some_and(|s| s.starts_with("rebuilt")), "{:?}", c.report().cache);
+    compare(&got, &want, 1e-4, 1e-5).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
+}
+
+#[test]
+fn without_a_gpu_compiling_for_cuda_names_what_is_missing() {
+    if Gpu::available() {
+        eprintln!("without_a_gpu_compiling_for_cuda_names_what_is_missing: skipped, this machine has a GPU");
+        return;
+    }
+    let (g, xs) = random_graph(1);
+    let err = compile(&g, &shapes(&xs), &on_gpu(Mode::Default, &cache_dir("nogpu"))).err().expect("no GPU: must fail");
+    let msg = err.to_string();
+    assert!(msg.contains("libcuda not found: install the NVIDIA driver") || msg.contains("CUDA device"), "{msg}");
+}
