@@ -15,7 +15,7 @@ use kiln_ir::{
 use kiln_sched::kernel::{Arg, Expr, Idx, Kernel, Literal, Loop, Stage};
 use kiln_sched::{Program, ScheduleOptions, schedule};
 use std::ffi::{CStr, CString};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Whether libnvrtc loads (cudarc panics on a missing library, so ask first); says once why
 /// not.
@@ -162,18 +162,9 @@ fn reduce_stages(k: &Kernel) -> usize {
         .count()
 }
 
-#[test]
-fn pointwise_chains_over_every_dtype_compile() {
-    for dt in [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-        DType::I8,
-    ] {
+/// A pointwise chain over `dt`: broadcasts, a constant, arithmetic, compares, where, casts.
+fn pointwise_graph(dt: DType) -> Graph {
+    {
         let mut g = Graph::new();
         let x = input(&mut g, "x", dt, &[4, 1, 5]);
         let y = input(&mut g, "y", dt, &[3, 1]);
@@ -213,6 +204,16 @@ fn pointwise_chains_over_every_dtype_compile() {
             let n = un(&mut g, UnaryOp::Neg, a);
             g.output(n);
         }
+        g
+    }
+}
+
+const POINTWISE_DTYPES: [DType; 8] = [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8, DType::I8];
+
+#[test]
+fn pointwise_chains_over_every_dtype_compile() {
+    for dt in POINTWISE_DTYPES {
+        let g = pointwise_graph(dt);
         for (p, src) in programs(&format!("pointwise {dt}"), &g) {
             for (k, info) in p.kernels().zip(&src.kernels) {
                 if reduce_stages(k) == 0 {
@@ -231,8 +232,8 @@ fn pointwise_chains_over_every_dtype_compile() {
     }
 }
 
-#[test]
-fn bool_ops_casts_and_compares_compile() {
+/// Bool logic, and casts between every pair of dtypes.
+fn casts_graph() -> Graph {
     let mut g = Graph::new();
     let a = input(&mut g, "a", DType::Bool, &[3, 4]);
     let b = input(&mut g, "b", DType::Bool, &[4]);
@@ -264,11 +265,17 @@ fn bool_ops_casts_and_compares_compile() {
             g.output(e);
         }
     }
-    programs("bool and casts", &g);
+    g
 }
 
 #[test]
-fn softmax_rows_run_per_block_and_layer_norm_compiles() {
+fn bool_ops_casts_and_compares_compile() {
+    let g = casts_graph();
+    programs("bool and casts", &g);
+}
+
+/// Softmax and log-softmax over long rows, layer norm in f16, softmax over short rows.
+fn softmax_graph() -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", DType::F32, &[64, 1000]);
     let s = g.add(Op::Softmax { axis: 1 }, &[x]).unwrap();
@@ -286,6 +293,12 @@ fn softmax_rows_run_per_block_and_layer_norm_compiles() {
     let t = input(&mut g, "t", DType::F32, &[20000, 5]);
     let ts = g.add(Op::Softmax { axis: 1 }, &[t]).unwrap();
     g.output(ts);
+    g
+}
+
+#[test]
+fn softmax_rows_run_per_block_and_layer_norm_compiles() {
+    let g = softmax_graph();
     for (p, src) in programs("softmax", &g) {
         let row = |len: usize| {
             move |k: &Kernel| {
@@ -307,8 +320,8 @@ fn softmax_rows_run_per_block_and_layer_norm_compiles() {
     }
 }
 
-#[test]
-fn reductions_keepdims_empty_dims_and_dtypes_compile() {
+/// Every reduce op over rows and columns, several dtypes, keepdims, empty reduce dims, a global pool and a whole-tensor sum.
+fn reductions_graph() -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", DType::F32, &[8, 4096]);
     let i = input(&mut g, "i", DType::I32, &[6, 300]);
@@ -342,6 +355,12 @@ fn reductions_keepdims_empty_dims_and_dtypes_compile() {
     g.output(d);
     let all = reduce(&mut g, ReduceOp::Sum, &[0, 1], false, x);
     g.output(all);
+    g
+}
+
+#[test]
+fn reductions_keepdims_empty_dims_and_dtypes_compile() {
+    let g = reductions_graph();
     for (p, src) in programs("reductions", &g) {
         let pb = launch_of(&src, &p, |k| {
             reduce_stages(k) >= 1 && k.outer.iter().map(|l| l.extent).product::<usize>() == 8
@@ -362,8 +381,8 @@ fn reductions_keepdims_empty_dims_and_dtypes_compile() {
     }
 }
 
-#[test]
-fn padded_pooled_and_strided_views_compile() {
+/// Constant and reflect padding, a max pool, a permuted view, a concat.
+fn padding_graph() -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", DType::F32, &[2, 8, 14, 14]);
     let p = g
@@ -400,6 +419,12 @@ fn padded_pooled_and_strided_views_compile() {
         )
         .unwrap();
     g.output(pr);
+    g
+}
+
+#[test]
+fn padded_pooled_and_strided_views_compile() {
+    let g = padding_graph();
     programs("padding", &g);
 }
 
@@ -564,4 +589,162 @@ fn unsupported_kernels_are_errors() {
     );
     let k = add_kernel("twice", 2, 2, false);
     assert!(render_cuda_kernels([&k, &k]).is_err());
+}
+
+/// The GPU (context and stream) when the CUDA driver loads and device 0 opens; says once why
+/// not.
+fn gpu() -> Option<Arc<cudarc::driver::CudaStream>> {
+    static GPU: OnceLock<Option<Arc<cudarc::driver::CudaStream>>> = OnceLock::new();
+    GPU.get_or_init(|| {
+        // SAFETY: only tries to dlopen the library's candidate names.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            eprintln!("GPU check skipped: the CUDA driver library could not be loaded");
+            return None;
+        }
+        match cudarc::driver::CudaContext::new(0) {
+            Ok(ctx) => Some(ctx.default_stream()),
+            Err(e) => {
+                eprintln!("GPU check skipped: no CUDA device 0 ({e:?})");
+                None
+            }
+        }
+    })
+    .clone()
+}
+
+/// Deterministic inputs for `g`: floats in [-2, 2), integers in [-8, 8) ([0, 16) unsigned),
+/// alternating bools.
+fn inputs_for(g: &Graph) -> Vec<HostTensor> {
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(n, &id)| {
+            let ty = g.ty(id);
+            let shape = ty.shape.as_fixed().unwrap();
+            let len: usize = shape.iter().product();
+            let mut s = (n as u64 + 1).wrapping_mul(0x9e3779b97f4a7c15);
+            let vals: Vec<f64> = (0..len)
+                .map(|_| {
+                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (s >> 40) as f64 / (1u64 << 24) as f64
+                })
+                .collect();
+            let f = HostTensor::from_vec(vals.iter().map(|v| v * 4.0 - 2.0).collect::<Vec<f64>>(), &shape).unwrap();
+            let i = HostTensor::from_vec(vals.iter().map(|v| (v * 16.0).floor() - 8.0).collect::<Vec<f64>>(), &shape)
+                .unwrap();
+            let t = match ty.dtype {
+                DType::F32 | DType::F64 | DType::F16 | DType::BF16 => f,
+                DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
+                    let u = HostTensor::from_vec(vals.iter().map(|v| (v * 16.0).floor()).collect::<Vec<f64>>(), &shape);
+                    u.unwrap()
+                }
+                DType::Bool => HostTensor::from_vec((0..len).map(|k| k % 3 == 1).collect::<Vec<bool>>(), &shape).unwrap(),
+                _ => i,
+            };
+            kiln_cpu::eval(&Op::Cast(ty.dtype), &[&t]).unwrap().contiguous()
+        })
+        .collect()
+}
+
+/// Runs a program of kernel steps on the GPU, each launch split in two ranges of its first
+/// outer loop; None when it has other steps.
+fn run_on_gpu(stream: &Arc<cudarc::driver::CudaStream>, p: &Program, src: &CudaSource, inputs: &[HostTensor]) -> Option<Vec<HostTensor>> {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    use kiln_sched::{BufKind, StepKind};
+    if p.steps.iter().any(|s| !matches!(s.kind, StepKind::Kernel { .. })) {
+        return None;
+    }
+    let (ptx, _) = nvrtc_compile(&src.source).unwrap();
+    let module = stream.context().load_module(cudarc::nvrtc::Ptx::from_src(ptx)).unwrap();
+    let bytes = |t: &HostTensor| t.contiguous().storage.as_bytes().into_owned();
+    let bufs: Vec<_> = p
+        .buffers
+        .iter()
+        .map(|b| {
+            let mut data = match b.kind {
+                BufKind::Input(i) => bytes(&inputs[i]),
+                BufKind::Const(c) => bytes(&p.consts[c.0 as usize]),
+                BufKind::Temp => vec![0u8; b.bytes()],
+            };
+            data.resize(data.len().max(1), 0);
+            stream.clone_htod(&data).unwrap()
+        })
+        .collect();
+    for (step, info) in p.steps.iter().zip(&src.kernels) {
+        let StepKind::Kernel { kernel, args } = &step.kind else { unreachable!() };
+        let f = module.load_function(&info.name).unwrap();
+        let rows = kernel.outer.first().map_or(1, |l| l.extent);
+        let mid = rows / 2;
+        for (begin, end) in [(0, mid), (mid, rows)] {
+            let (grid, block) = info.grid(begin, end);
+            if grid == 0 {
+                continue;
+            }
+            let (b, e) = (begin as i64, end as i64);
+            let mut launch = stream.launch_builder(&f);
+            for a in args {
+                launch.arg(&bufs[a.index()]);
+            }
+            launch.arg(&b).arg(&e);
+            let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: the arguments match the kernel's signature: one pointer per argument,
+            // each buffer as large as the argument's length, then begin and end.
+            unsafe { launch.launch(cfg) }.unwrap();
+        }
+    }
+    Some(
+        p.outputs
+            .iter()
+            .map(|(b, shape)| {
+                let buf = p.buffer(*b);
+                let data = stream.clone_dtoh(&bufs[b.index()]).unwrap();
+                let storage = kiln_ir::Storage::from_le_bytes(buf.dtype, &data[..buf.bytes()]).unwrap();
+                HostTensor::new(storage, shape).unwrap()
+            })
+            .collect(),
+    )
+}
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol * (1.0 + a.abs().max(b.abs()))
+}
+
+#[test]
+fn gpu_results_match_the_interpreter() {
+    if !nvrtc_present() {
+        return;
+    }
+    let Some(stream) = gpu() else { return };
+    let mut graphs: Vec<(String, Graph)> = POINTWISE_DTYPES.iter().map(|dt| (format!("pointwise {dt}"), pointwise_graph(*dt))).collect();
+    graphs.push(("casts".into(), casts_graph()));
+    graphs.push(("softmax".into(), softmax_graph()));
+    graphs.push(("reductions".into(), reductions_graph()));
+    graphs.push(("padding".into(), padding_graph()));
+    let mut ran = 0;
+    for (what, g) in &graphs {
+        let g = decompose(g).unwrap();
+        let inputs = inputs_for(&g);
+        let want = kiln_cpu::run(&g, &inputs).unwrap();
+        let (p, _) = schedule(&g, &ScheduleOptions { fuse: true, externs: false }).unwrap();
+        let src = render_cuda(&p).unwrap();
+        let Some(got) = run_on_gpu(&stream, &p, &src, &inputs) else {
+            eprintln!("{what}: not only kernels, not run on the GPU");
+            continue;
+        };
+        ran += 1;
+        for (o, (w, g)) in want.iter().zip(&got).enumerate() {
+            let tol = match w.dtype() {
+                DType::F16 | DType::BF16 => 1e-2,
+                DType::F32 => 1e-5,
+                DType::F64 => 1e-12,
+                _ => 0.0,
+            };
+            let (wv, gv) = (w.to_f64_vec(), g.to_f64_vec());
+            for (i, (a, b)) in wv.iter().zip(&gv).enumerate() {
+                assert!(close(*a, *b, tol), "{what}: output {o} ({}) element {i}: interpreter {a}, GPU {b}", w.dtype());
+            }
+        }
+    }
+    assert!(ran >= graphs.len() - 1, "only {ran} graphs ran on the GPU");
+    eprintln!("GPU check: {ran} programs matched the interpreter");
 }

@@ -9,7 +9,7 @@
 
 use super::common::{
     self, Accumulator, ExprEnv, Writer, arg_name, check_identifier, defined_before, emit_exprs,
-    local_dtypes, needed, stage_loops, stage_value, store_target,
+    local_dtypes, loop_list, needed, stage_loops, stage_value, store_target,
 };
 use super::expr::{self, storage_ctype};
 use kiln_ir::{DType, ReduceOp, Result};
@@ -35,15 +35,10 @@ pub fn work_per_row(k: &Kernel) -> u64 {
 pub fn render_kernel(k: &Kernel) -> Result<String> {
     check_identifier(&k.name)?;
     let mut w = Writer::default();
-    let outer: Vec<String> = k
-        .outer
-        .iter()
-        .map(|l| format!("i{} < {}", l.var, l.extent))
-        .collect();
     w.line(&format!(
         "/* kernel {}: outer loops [{}], {} stage(s) */",
         k.name,
-        outer.join(", "),
+        loop_list(&k.outer),
         k.stages.len()
     ));
     w.open(&format!(
@@ -249,10 +244,7 @@ fn render_stage(
 ) -> Result<()> {
     // Locals of earlier stages only.
     let defined = defined_before(k, s, locals);
-    let loop_names: Vec<String> = stage_loops(stage)
-        .iter()
-        .map(|l| format!("i{} < {}", l.var, l.extent))
-        .collect();
+    let loop_names = loop_list(stage_loops(stage));
     match stage {
         Stage::Store {
             loops,
@@ -263,7 +255,7 @@ fn render_stage(
             let a = store_target(k, s, *arg, *value)?;
             w.line(&format!(
                 "/* stage {s}: store to out{arg} over [{}] */",
-                loop_names.join(", ")
+                loop_names
             ));
             w.open("");
             for l in loops {
@@ -299,7 +291,7 @@ fn render_stage(
             };
             w.line(&format!(
                 "/* stage {s}: reduce {op:?} over [{}] -> acc{local} ({dtype}){note} */",
-                loop_names.join(", "),
+                loop_names,
             ));
             w.line(&format!("{} {var} = {};", acc.ty, acc.init));
             w.open("");

@@ -81,6 +81,12 @@ pub fn defined_before(k: &Kernel, s: usize, locals: &[Option<DType>]) -> Vec<boo
     defined
 }
 
+/// Loops as a comment lists them: `i0 < 4, i1 < 5`.
+pub fn loop_list(loops: &[Loop]) -> String {
+    let names: Vec<String> = loops.iter().map(|l| format!("i{} < {}", l.var, l.extent)).collect();
+    names.join(", ")
+}
+
 /// The stage's own inner loops.
 pub fn stage_loops(s: &Stage) -> &[Loop] {
     match s {

@@ -5,7 +5,7 @@
 use super::{CudaKernelInfo, Launch};
 use kiln_cpu::codegen::common::{
     Accumulator, ExprEnv, Writer, arg_name, check_identifier, defined_before, emit_exprs,
-    load_access, local_dtypes, stage_loops, store_target,
+    load_access, local_dtypes, loop_list, stage_loops, store_target,
 };
 use kiln_cpu::codegen::expr::{self, storage_ctype};
 use kiln_ir::{DType, Result};
@@ -44,26 +44,17 @@ fn points(loops: &[Loop]) -> u128 {
     loops.iter().map(|l| l.extent as u128).product()
 }
 
-/// [`Launch::PerBlock`] when a Reduce stage is long (or fairly long with few outer points to
-/// spread over the GPU), else [`Launch::PerThread`].
+/// [`Launch::PerBlock`] when a stage's loop nest is long (or fairly long with few outer points
+/// to spread over the GPU): its threads then split the nest, with coalesced accesses along
+/// the innermost loop; else [`Launch::PerThread`] (pointwise kernels, short reductions).
 fn choose_launch(k: &Kernel) -> Launch {
-    let longest = k
-        .stages
-        .iter()
-        .filter_map(|s| match s {
-            Stage::Reduce { loops, .. } => Some(points(loops)),
-            Stage::Store { .. } => None,
-        })
-        .max();
+    let longest = k.stages.iter().map(|s| points(stage_loops(s))).max().unwrap_or(1);
     let outer = points(&k.outer);
-    match longest {
-        Some(r) if r >= 512 || (r >= 32 && outer < 4096) => {
-            let block = (r.next_power_of_two() / 2).clamp(32, 512) as u32;
-            Launch::PerBlock { block }
-        }
-        _ => Launch::PerThread {
-            block: THREAD_BLOCK,
-        },
+    if longest >= 512 || (longest >= 32 && outer < 4096) {
+        let block = (longest.next_power_of_two() / 2).clamp(32, 512) as u32;
+        Launch::PerBlock { block }
+    } else {
+        Launch::PerThread { block: THREAD_BLOCK }
     }
 }
 
@@ -201,15 +192,10 @@ impl<'k> Renderer<'k> {
         let k = self.k;
         let (_, uty) = self.types();
         let mut w = Writer::default();
-        let outer: Vec<String> = k
-            .outer
-            .iter()
-            .map(|l| format!("i{} < {}", l.var, l.extent))
-            .collect();
         w.line(&format!(
             "/* kernel {}: outer loops [{}], {} stage(s), {:?}, {}-bit indices */",
             k.name,
-            outer.join(", "),
+            loop_list(&k.outer),
             k.stages.len(),
             self.launch,
             if self.narrow { 32 } else { 64 }
@@ -345,10 +331,7 @@ impl<'k> Renderer<'k> {
         let k = self.k;
         let stage = &k.stages[s];
         let loops = stage_loops(stage);
-        let names: Vec<String> = loops
-            .iter()
-            .map(|l| format!("i{} < {}", l.var, l.extent))
-            .collect();
+        let names = loop_list(loops);
         let split = if per_block {
             ", split over the block"
         } else {
@@ -361,7 +344,7 @@ impl<'k> Renderer<'k> {
                 let a = store_target(k, s, *arg, *value)?;
                 w.line(&format!(
                     "/* stage {s}: store to out{arg} over [{}]{split} */",
-                    names.join(", ")
+                    names
                 ));
                 w.open("");
                 self.open_loops(w, loops, per_block);
@@ -383,7 +366,7 @@ impl<'k> Renderer<'k> {
                 let var = acc.var(*local);
                 w.line(&format!(
                     "/* stage {s}: reduce {op:?} over [{}] -> acc{local} ({dtype}){split} */",
-                    names.join(", ")
+                    names
                 ));
                 w.line(&format!("{} {var} = {};", acc.ty, acc.init));
                 w.open("");

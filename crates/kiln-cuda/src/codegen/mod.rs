@@ -51,8 +51,8 @@ pub enum Launch {
     /// One block of `block` threads (a multiple of 32) per outer point: its threads split each
     /// Reduce stage's loops and combine their partials (warp shuffles, then shared memory;
     /// Sum/Prod are reassociated), every thread then holds the local; Store stages' points are
-    /// split over the threads too. Reductions over long loops (softmax and layer-norm rows,
-    /// global pools, sums).
+    /// split over the threads too. Kernels with a long stage loop nest: reductions over long
+    /// loops (softmax and layer-norm rows, global pools, sums) and the stores after them.
     PerBlock { block: u32 },
 }
 
