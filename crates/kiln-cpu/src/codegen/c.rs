@@ -7,10 +7,13 @@
 //! not taken): such loads clamp their index into the buffer, and their value is discarded.
 //! Integer division by zero cannot trap either (the prelude's helpers return 0 for it).
 
-use super::expr::{self, ctype, storage_ctype};
-use kiln_ir::{DType, Error, ReduceOp, Result};
+use super::common::{
+    self, Accumulator, ExprEnv, Writer, arg_name, check_identifier, defined_before, emit_exprs,
+    local_dtypes, loop_list, needed, stage_loops, stage_value, store_target,
+};
+use super::expr::{self, storage_ctype};
+use kiln_ir::{DType, ReduceOp, Result};
 use kiln_sched::kernel::{Expr, ExprId, Idx, Kernel, Loop, Stage};
-use std::fmt::Write;
 
 /// Work (expression evaluations) below which a launch stays on the calling thread: handing
 /// work to other threads costs a few microseconds.
@@ -32,15 +35,10 @@ pub fn work_per_row(k: &Kernel) -> u64 {
 pub fn render_kernel(k: &Kernel) -> Result<String> {
     check_identifier(&k.name)?;
     let mut w = Writer::default();
-    let outer: Vec<String> = k
-        .outer
-        .iter()
-        .map(|l| format!("i{} < {}", l.var, l.extent))
-        .collect();
     w.line(&format!(
         "/* kernel {}: outer loops [{}], {} stage(s) */",
         k.name,
-        outer.join(", "),
+        loop_list(&k.outer),
         k.stages.len()
     ));
     w.open(&format!(
@@ -185,62 +183,6 @@ fn split_var(index: &Idx, v: u32) -> Option<(i64, Idx)> {
     }
 }
 
-/// The argument's pointer name: `out{i}` when the kernel writes it, `in{i}` (const) otherwise.
-fn arg_name(k: &Kernel, i: u32) -> (String, &'static str) {
-    match k.args.get(i as usize) {
-        Some(a) if a.written => (format!("out{i}"), ""),
-        _ => (format!("in{i}"), "const "),
-    }
-}
-
-fn check_identifier(name: &str) -> Result<()> {
-    let mut chars = name.chars();
-    let ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Unsupported(format!(
-            "C codegen: kernel name {name:?} is not a C identifier"
-        )))
-    }
-}
-
-/// The accumulator dtype of each reduction local, checking that each local is defined once.
-fn local_dtypes(k: &Kernel) -> Result<Vec<Option<DType>>> {
-    let mut out: Vec<Option<DType>> = Vec::new();
-    for s in &k.stages {
-        if let Stage::Reduce { local, dtype, .. } = s {
-            let l = *local as usize;
-            if out.len() <= l {
-                out.resize(l + 1, None);
-            }
-            if out[l].is_some() {
-                return Err(Error::Unsupported(format!(
-                    "C codegen, kernel {}: local {l} is reduced twice",
-                    k.name
-                )));
-            }
-            out[l] = Some(*dtype);
-        }
-    }
-    Ok(out)
-}
-
-fn stage_loops(s: &Stage) -> &[Loop] {
-    match s {
-        Stage::Reduce { loops, .. } | Stage::Store { loops, .. } => loops,
-    }
-}
-
-fn stage_value(s: &Stage) -> ExprId {
-    match s {
-        Stage::Reduce { value, .. } | Stage::Store { value, .. } => *value,
-    }
-}
-
 /// Expression evaluations per outer point (for the parallel threshold).
 fn work_per_point(k: &Kernel) -> u64 {
     k.stages
@@ -265,48 +207,6 @@ fn loop_header(l: &Loop) -> String {
     )
 }
 
-/// For each expression, whether `root` needs it: `Some(true)` when on some path that passes
-/// through no Where branch (its evaluation is safe), `Some(false)` when only under branches.
-fn needed(k: &Kernel, root: ExprId) -> Result<Vec<Option<bool>>> {
-    let n = k.exprs.len();
-    if root as usize >= n {
-        return Err(Error::Unsupported(format!(
-            "C codegen, kernel {}: stage value v{root} does not exist",
-            k.name
-        )));
-    }
-    let mut marks: Vec<Option<bool>> = vec![None; n];
-    marks[root as usize] = Some(true);
-    for id in (0..=root as usize).rev() {
-        let Some(safe) = marks[id] else { continue };
-        let mut mark = |x: ExprId, edge_safe: bool| {
-            if let Some(m) = marks.get_mut(x as usize)
-                && (x as usize) < id
-            {
-                *m = Some(m.unwrap_or(false) || (safe && edge_safe));
-            }
-        };
-        match &k.exprs[id].expr {
-            Expr::Unary { x, .. } | Expr::Cast { x } => mark(*x, true),
-            Expr::Binary { a, b, .. } => {
-                mark(*a, true);
-                mark(*b, true);
-            }
-            Expr::Where { cond, a, b } => {
-                mark(*cond, true);
-                mark(*a, false);
-                mark(*b, false);
-            }
-            Expr::Load { .. }
-            | Expr::Const(_)
-            | Expr::InRange { .. }
-            | Expr::Index(_)
-            | Expr::Local(_) => {}
-        }
-    }
-    Ok(marks)
-}
-
 /// Emits `const T v{id} = ...;` for every expression `root` needs, in id order.
 fn render_exprs(
     w: &mut Writer,
@@ -316,41 +216,21 @@ fn render_exprs(
     defined: &[bool],
     interior: bool,
 ) -> Result<()> {
-    let marks = needed(k, root)?;
-    let local_dtype = |l: u32| -> Option<DType> {
-        let l = l as usize;
-        if defined.get(l).copied().unwrap_or(false) {
-            locals.get(l).copied().flatten()
-        } else {
-            None
-        }
+    let access = |arg: u32, index: &Idx, safe: bool| {
+        Ok(common::load_access(
+            k,
+            arg,
+            &expr::index(index),
+            safe || interior,
+        ))
     };
-    for (id, mark) in marks.iter().enumerate() {
-        let Some(safe) = *mark else { continue };
-        let access = |arg: u32, index: &Idx| -> Result<String> {
-            let (name, _) = arg_name(k, arg);
-            let len = k.args.get(arg as usize).map_or(0, |a| a.len);
-            Ok(if safe || interior {
-                format!("{name}[{}]", expr::index(index))
-            } else if len == 0 {
-                // Never taken: there is no element to read.
-                "0".to_string()
-            } else {
-                format!("{name}[kc_clamp({}, {len})]", expr::index(index))
-            })
-        };
-        let id = id as ExprId;
-        let value = match &k.expr(id).expr {
-            // Inside a peeled loop's interior every padding test holds (see `Peel`).
-            Expr::InRange { .. } if interior => "1".to_string(),
-            _ => expr::render(k, id, &local_dtype, &access)?,
-        };
-        w.line(&format!(
-            "const {} v{id} = {value};",
-            ctype(k.expr(id).dtype)
-        ));
-    }
-    Ok(())
+    let env = ExprEnv {
+        access: &access,
+        index: &expr::index,
+        // Inside a peeled loop's interior every padding test holds (see `Peel`).
+        in_range_holds: interior,
+    };
+    emit_exprs(w, k, root, locals, defined, &env)
 }
 
 /// Emits stage `s`; `interior`: inside a peeled loop's interior (see [`Peel`]).
@@ -363,16 +243,8 @@ fn render_stage(
     interior: bool,
 ) -> Result<()> {
     // Locals of earlier stages only.
-    let mut defined = vec![false; locals.len()];
-    for earlier in &k.stages[..s] {
-        if let Stage::Reduce { local, .. } = earlier {
-            defined[*local as usize] = true;
-        }
-    }
-    let loop_names: Vec<String> = stage_loops(stage)
-        .iter()
-        .map(|l| format!("i{} < {}", l.var, l.extent))
-        .collect();
+    let defined = defined_before(k, s, locals);
+    let loop_names = loop_list(stage_loops(stage));
     match stage {
         Stage::Store {
             loops,
@@ -380,22 +252,10 @@ fn render_stage(
             index,
             value,
         } => {
-            let a = k.args.get(*arg as usize).ok_or_else(|| {
-                Error::Unsupported(format!(
-                    "C codegen, kernel {}: stage {s} stores to missing argument {arg}",
-                    k.name
-                ))
-            })?;
-            let vt = k.exprs.get(*value as usize).map(|e| e.dtype);
-            if !a.written || vt != Some(a.dtype) {
-                return Err(Error::Unsupported(format!(
-                    "C codegen, kernel {}: stage {s} stores a {vt:?} value to argument {arg} ({}, written: {})",
-                    k.name, a.dtype, a.written
-                )));
-            }
+            let a = store_target(k, s, *arg, *value)?;
             w.line(&format!(
                 "/* stage {s}: store to out{arg} over [{}] */",
-                loop_names.join(", ")
+                loop_names
             ));
             w.open("");
             for l in loops {
@@ -421,197 +281,42 @@ fn render_stage(
                 .get(*value as usize)
                 .map(|e| e.dtype)
                 .unwrap_or(*dtype);
-            let red = Reduction::new(k, *op, *dtype, *local)?;
+            let acc = Accumulator::new(k, *op, *dtype)?;
+            let var = acc.var(*local);
+            let note = match (op, acc.omp) {
+                (ReduceOp::Max | ReduceOp::Min, None) => ", NaN wins",
+                (_, _) if acc.wrapping => ", wrapping",
+                (ReduceOp::Sum | ReduceOp::Prod, Some(_)) => ", reassociated by simd",
+                _ => "",
+            };
             w.line(&format!(
-                "/* stage {s}: reduce {op:?} over [{}] -> acc{local} ({dtype}){} */",
-                loop_names.join(", "),
-                red.note
+                "/* stage {s}: reduce {op:?} over [{}] -> acc{local} ({dtype}){note} */",
+                loop_names,
             ));
-            w.line(&red.decl);
+            w.line(&format!("{} {var} = {};", acc.ty, acc.init));
             w.open("");
             for (d, l) in loops.iter().enumerate() {
+                // The simd reduction lets the compiler reassociate a sum (vector lanes of
+                // partial sums): a rounding difference from the sequential order, as in any
+                // blocked or parallel sum. Float max/min have none (NaN wins).
                 if d + 1 == loops.len()
-                    && let Some(p) = &red.pragma
+                    && let Some(sym) = acc.omp
                 {
-                    w.line(p);
+                    w.line(&format!("#pragma omp simd reduction({sym}:{var})"));
                 }
                 w.open(&loop_header(l));
             }
             render_exprs(w, k, *value, locals, &defined, interior)?;
-            w.line(&red.step(&expr::convert(&format!("v{value}"), vt, *dtype)));
+            let v = expr::convert(&format!("v{value}"), vt, *dtype);
+            w.line(&format!("{var} = {};", acc.combine(&var, &v)));
             for _ in loops {
                 w.close();
             }
             w.close();
-            if let Some(fin) = &red.finish {
-                w.line(fin);
+            if let Some(fin) = acc.finish(*local, *dtype) {
+                w.line(&fin);
             }
         }
     }
     Ok(())
-}
-
-/// How one reduction accumulates: declaration, loop pragma, per-element step and the final
-/// conversion into `acc{local}`.
-struct Reduction {
-    decl: String,
-    pragma: Option<String>,
-    /// The accumulator update with `{}` standing for the value.
-    step: String,
-    finish: Option<String>,
-    note: &'static str,
-}
-
-impl Reduction {
-    fn new(k: &Kernel, op: ReduceOp, dt: DType, local: u32) -> Result<Reduction> {
-        let acc = format!("acc{local}");
-        let bad = || {
-            Error::Unsupported(format!(
-                "C codegen, kernel {}: reduce {op:?} accumulated in {dt}",
-                k.name
-            ))
-        };
-        let ty = ctype(dt);
-        match dt {
-            DType::F32 | DType::F64 => {
-                let f = dt == DType::F32;
-                let (zero, one, inf) = if f {
-                    ("0.0f", "1.0f", "INFINITY")
-                } else {
-                    ("0.0", "1.0", "(double)INFINITY")
-                };
-                let sfx = if f { "f" } else { "" };
-                Ok(match op {
-                    // The simd reduction lets the compiler reassociate the sum (vector lanes
-                    // of partial sums): a rounding difference from the sequential order, as
-                    // in any blocked or parallel sum.
-                    ReduceOp::Sum => Reduction {
-                        decl: format!("{ty} {acc} = {zero};"),
-                        pragma: Some(format!("#pragma omp simd reduction(+:{acc})")),
-                        step: format!("{acc} += {{}};"),
-                        finish: None,
-                        note: ", reassociated by simd",
-                    },
-                    ReduceOp::Prod => Reduction {
-                        decl: format!("{ty} {acc} = {one};"),
-                        pragma: Some(format!("#pragma omp simd reduction(*:{acc})")),
-                        step: format!("{acc} *= {{}};"),
-                        finish: None,
-                        note: ", reassociated by simd",
-                    },
-                    // NaN wins, so no simd max (its NaN handling is unspecified).
-                    ReduceOp::Max => Reduction {
-                        decl: format!("{ty} {acc} = -{inf};"),
-                        pragma: None,
-                        step: format!("{acc} = kc_max{sfx}({acc}, {{}});"),
-                        finish: None,
-                        note: ", NaN wins",
-                    },
-                    ReduceOp::Min => Reduction {
-                        decl: format!("{ty} {acc} = {inf};"),
-                        pragma: None,
-                        step: format!("{acc} = kc_min{sfx}({acc}, {{}});"),
-                        finish: None,
-                        note: ", NaN wins",
-                    },
-                    ReduceOp::Mean => return Err(bad()),
-                })
-            }
-            DType::I64
-            | DType::I32
-            | DType::I16
-            | DType::I8
-            | DType::U64
-            | DType::U32
-            | DType::U16
-            | DType::U8 => {
-                // Sum and product wrap: accumulate in the unsigned wide type (no signed
-                // overflow), whose value modulo 2^bits is the narrow type's.
-                let wide = if dt.size_of() == 8 {
-                    "uint64_t"
-                } else {
-                    "uint32_t"
-                };
-                let (lo, hi) = int_range(dt);
-                Ok(match op {
-                    ReduceOp::Sum | ReduceOp::Prod => {
-                        let (init, sym) = if op == ReduceOp::Sum {
-                            ("0", "+")
-                        } else {
-                            ("1", "*")
-                        };
-                        Reduction {
-                            decl: format!("{wide} {acc}_w = {init};"),
-                            pragma: Some(format!("#pragma omp simd reduction({sym}:{acc}_w)")),
-                            step: format!("{acc}_w {sym}= ({wide}){{}};"),
-                            finish: Some(format!("const {ty} {acc} = ({ty}){acc}_w;")),
-                            note: ", wrapping",
-                        }
-                    }
-                    ReduceOp::Max => Reduction {
-                        decl: format!("{ty} {acc} = {lo};"),
-                        pragma: Some(format!("#pragma omp simd reduction(max:{acc})")),
-                        step: format!("{acc} = {{}} > {acc} ? {{}} : {acc};"),
-                        finish: None,
-                        note: "",
-                    },
-                    ReduceOp::Min => Reduction {
-                        decl: format!("{ty} {acc} = {hi};"),
-                        pragma: Some(format!("#pragma omp simd reduction(min:{acc})")),
-                        step: format!("{acc} = {{}} < {acc} ? {{}} : {acc};"),
-                        finish: None,
-                        note: "",
-                    },
-                    ReduceOp::Mean => return Err(bad()),
-                })
-            }
-            _ => Err(bad()),
-        }
-    }
-
-    fn step(&self, value: &str) -> String {
-        self.step.replace("{}", value)
-    }
-}
-
-/// The C limits of an integer dtype.
-fn int_range(dt: DType) -> (&'static str, &'static str) {
-    match dt {
-        DType::I64 => ("INT64_MIN", "INT64_MAX"),
-        DType::I32 => ("INT32_MIN", "INT32_MAX"),
-        DType::I16 => ("INT16_MIN", "INT16_MAX"),
-        DType::I8 => ("INT8_MIN", "INT8_MAX"),
-        DType::U64 => ("0", "UINT64_MAX"),
-        DType::U32 => ("0", "UINT32_MAX"),
-        DType::U16 => ("0", "UINT16_MAX"),
-        _ => ("0", "UINT8_MAX"),
-    }
-}
-
-/// Indented C text.
-#[derive(Default)]
-struct Writer {
-    out: String,
-    depth: usize,
-}
-
-impl Writer {
-    fn line(&mut self, s: &str) {
-        let _ = writeln!(self.out, "{:indent$}{s}", "", indent = self.depth * 4);
-    }
-
-    /// `head {` (a bare block when `head` is empty), one level deeper.
-    fn open(&mut self, head: &str) {
-        if head.is_empty() {
-            self.line("{");
-        } else {
-            self.line(&format!("{head} {{"));
-        }
-        self.depth += 1;
-    }
-
-    fn close(&mut self) {
-        self.depth = self.depth.saturating_sub(1);
-        self.line("}");
-    }
 }

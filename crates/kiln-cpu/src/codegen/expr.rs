@@ -10,7 +10,7 @@ use kiln_ir::{BinaryOp, DType, Error, Result, UnaryOp};
 use kiln_sched::kernel::{Expr, ExprId, Idx, Kernel, Literal};
 
 /// The C type a value of `dt` is computed in.
-pub(crate) fn ctype(dt: DType) -> &'static str {
+pub fn ctype(dt: DType) -> &'static str {
     match dt {
         DType::F32 | DType::F16 | DType::BF16 => "float",
         DType::F64 => "double",
@@ -19,7 +19,7 @@ pub(crate) fn ctype(dt: DType) -> &'static str {
 }
 
 /// The C type of one element of a buffer of `dt`.
-pub(crate) fn storage_ctype(dt: DType) -> &'static str {
+pub fn storage_ctype(dt: DType) -> &'static str {
     match dt {
         DType::F32 => "float",
         DType::F64 => "double",
@@ -55,7 +55,7 @@ fn is_float(dt: DType) -> bool {
 }
 
 /// A stored element (`ptr[index]`) as a compute value.
-pub(crate) fn load(dt: DType, access: &str) -> String {
+pub fn load(dt: DType, access: &str) -> String {
     match dt {
         DType::F16 => format!("kc_h2f({access})"),
         DType::BF16 => format!("kc_bf2f({access})"),
@@ -64,7 +64,7 @@ pub(crate) fn load(dt: DType, access: &str) -> String {
 }
 
 /// A compute value as the element stored into a buffer of `dt`.
-pub(crate) fn store(dt: DType, value: &str) -> String {
+pub fn store(dt: DType, value: &str) -> String {
     match dt {
         DType::F16 => format!("kc_f2h({value})"),
         DType::BF16 => format!("kc_f2bf({value})"),
@@ -82,7 +82,7 @@ fn round_to(dt: DType, value: String) -> String {
 }
 
 /// `x` (a compute value of `from`) converted to `to` as [`kiln_ir::Op::Cast`] does.
-pub(crate) fn convert(x: &str, from: DType, to: DType) -> String {
+pub fn convert(x: &str, from: DType, to: DType) -> String {
     if from == to {
         return x.to_string();
     }
@@ -109,8 +109,8 @@ pub(crate) fn convert(x: &str, from: DType, to: DType) -> String {
     }
 }
 
-/// A C literal of `dt` for `lit`.
-pub(crate) fn literal(lit: Literal, dt: DType) -> String {
+/// A C literal of `dt` for `lit` (f16/bf16 values as the `float` they compute in).
+pub fn literal(lit: Literal, dt: DType) -> String {
     match dt {
         DType::F64 => f64_literal(match lit {
             Literal::Float(v) => v,
@@ -205,16 +205,27 @@ fn f64_literal(v: f64) -> String {
 }
 
 /// An index expression over loop variables `i{var}`, in `int64_t`.
-pub(crate) fn index(idx: &Idx) -> String {
+pub fn index(idx: &Idx) -> String {
+    index_in(idx, true)
+}
+
+/// An index expression over loop variables `i{var}` of type `int`, computed in 32-bit `int`:
+/// only for kernels where every intermediate value fits (GPU 64-bit integer math is slow).
+pub fn index32(idx: &Idx) -> String {
+    index_in(idx, false)
+}
+
+/// An index expression, its constants `int64_t` when `wide`, else `int`.
+fn index_in(idx: &Idx, wide: bool) -> String {
+    let index = |i: &Idx| index_in(i, wide);
     match idx {
         Idx::Var(v) => format!("i{v}"),
-        Idx::Const(c) => {
-            if *c < 0 {
-                format!("(INT64_C({c}))")
-            } else {
-                format!("INT64_C({c})")
-            }
-        }
+        Idx::Const(c) => match (wide, *c < 0) {
+            (true, true) => format!("(INT64_C({c}))"),
+            (true, false) => format!("INT64_C({c})"),
+            (false, true) => format!("({c})"),
+            (false, false) => format!("{c}"),
+        },
         Idx::Add(terms) => {
             let mut s = String::new();
             for (k, t) in terms.iter().enumerate() {
@@ -251,12 +262,14 @@ fn unsupported(k: &Kernel, id: ExprId, what: String) -> Error {
 
 /// The C expression computing `id` from its operands' variables (`v{operand}`), the
 /// reduction locals (`acc{local}`, of `local_dtype(local)`) and the loop variables.
-/// `access(arg, index)` renders a load (it knows the argument pointers and guards).
-pub(crate) fn render(
+/// `access(arg, index)` renders a load (it knows the argument pointers and guards), `index`
+/// an index expression ([`index`] or [`index32`]).
+pub fn render(
     k: &Kernel,
     id: ExprId,
     local_dtype: &dyn Fn(u32) -> Option<DType>,
     access: &dyn Fn(u32, &Idx) -> Result<String>,
+    index: &dyn Fn(&Idx) -> String,
 ) -> Result<String> {
     let node = k.expr(id);
     let dt = node.dtype;

@@ -10,7 +10,8 @@
 //! is an [`kiln_ir::Error::Unsupported`] naming it, so the scheduler can leave it unfused.
 
 mod c;
-mod expr;
+pub mod common;
+pub mod expr;
 
 pub use c::{PAR_MIN_WORK, render_kernel, work_per_row};
 
@@ -19,7 +20,8 @@ use kiln_sched::Program;
 use kiln_sched::kernel::Kernel;
 use std::collections::HashSet;
 
-/// The C helpers every translation unit starts with (static inline functions).
+/// The C helpers every translation unit starts with (`KC_FN` functions: `static inline` in C,
+/// `static __device__ __forceinline__` when compiled as CUDA, which kiln-cuda's prelude is).
 pub const PRELUDE: &str = include_str!("prelude.h");
 
 /// The whole program's kernels (step kernels and extern epilogues) as one C translation unit.

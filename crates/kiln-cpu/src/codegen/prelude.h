@@ -8,15 +8,51 @@
  * - max/min: NaN wins; integer division truncates; Rem has the dividend's sign, Mod the
  *   divisor's; shifts are logical, amounts outside 0..bits give 0.
  * Compiled without -ffast-math and with -ffp-contract=off, so float ops round as written. */
+/* KC_FN: how every helper is declared. The same text is the prelude of the CUDA C that
+ * kiln-cuda compiles with NVRTC (device functions; NVRTC has no system headers, so the integer
+ * types, their limits and INFINITY/NAN are defined here; memcpy and the libm functions exist
+ * in device code). */
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+#define KC_FN static __device__ __forceinline__
+#else
+#define KC_FN static inline
+#endif
+#if defined(__CUDACC_RTC__)
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#define INT8_MIN (-128)
+#define INT8_MAX 127
+#define INT16_MIN (-32768)
+#define INT16_MAX 32767
+#define INT32_MIN (-2147483647 - 1)
+#define INT32_MAX 2147483647
+#define INT64_MIN (-9223372036854775807LL - 1)
+#define INT64_MAX 9223372036854775807LL
+#define UINT8_MAX 255
+#define UINT16_MAX 65535
+#define UINT32_MAX 4294967295u
+#define UINT64_MAX 18446744073709551615ull
+#define INT64_C(c) c##LL
+#define UINT64_C(c) c##ull
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fc00000)
+#else
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#endif
 
-static inline uint32_t kc_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static inline float kc_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+KC_FN uint32_t kc_f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+KC_FN float kc_bits_f32(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 
 /* ---- f16 (IEEE binary16) ---- */
-static inline float kc_h2f(uint16_t h) {
+KC_FN float kc_h2f(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -30,7 +66,7 @@ static inline float kc_h2f(uint16_t h) {
 }
 
 /* Round to nearest, ties to even (the conversion of the `half` crate). */
-static inline uint16_t kc_f2h(float f) {
+KC_FN uint16_t kc_f2h(float f) {
     uint32_t x = kc_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t exp = x & 0x7f800000u;
@@ -52,64 +88,64 @@ static inline uint16_t kc_f2h(float f) {
 }
 
 /* ---- bf16 ---- */
-static inline float kc_bf2f(uint16_t h) { return kc_bits_f32((uint32_t)h << 16); }
+KC_FN float kc_bf2f(uint16_t h) { return kc_bits_f32((uint32_t)h << 16); }
 
-static inline uint16_t kc_f2bf(float f) {
+KC_FN uint16_t kc_f2bf(float f) {
     uint32_t x = kc_f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 /* A float rounded to the nearest f16 / bf16 value (the one rounding of a half-precision op). */
-static inline float kc_rh(float x) { return kc_h2f(kc_f2h(x)); }
-static inline float kc_rbf(float x) { return kc_bf2f(kc_f2bf(x)); }
+KC_FN float kc_rh(float x) { return kc_h2f(kc_f2h(x)); }
+KC_FN float kc_rbf(float x) { return kc_bf2f(kc_f2bf(x)); }
 
 /* double -> float rounded to odd: rounding that to a type with at most 22 significand bits
  * (f16, bf16) to nearest-even gives the correctly rounded result (no double rounding). */
-static inline float kc_d2f_odd(double d) {
+KC_FN float kc_d2f_odd(double d) {
     float f = (float)d;
     if (d != d || (double)f == d) return f;
     uint32_t u = kc_f32_bits(f);
     if (fabs((double)f) > fabs(d)) u -= 1; /* rounded away from zero: step back */
     return kc_bits_f32(u | 1u);
 }
-static inline float kc_d2h(double d) { return kc_h2f(kc_f2h(kc_d2f_odd(d))); }
-static inline float kc_d2bf(double d) { return kc_bf2f(kc_f2bf(kc_d2f_odd(d))); }
+KC_FN float kc_d2h(double d) { return kc_h2f(kc_f2h(kc_d2f_odd(d))); }
+KC_FN float kc_d2bf(double d) { return kc_bf2f(kc_f2bf(kc_d2f_odd(d))); }
 
 /* ---- float helpers ---- */
-static inline float kc_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
-static inline float kc_minf(float x, float y) { return (x < y || x != x) ? x : y; }
-static inline double kc_max(double x, double y) { return (x > y || x != x) ? x : y; }
-static inline double kc_min(double x, double y) { return (x < y || x != x) ? x : y; }
-static inline float kc_signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
-static inline double kc_sign(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x); }
-static inline float kc_reluf(float x) { return x < 0.0f ? 0.0f : x; }
-static inline double kc_relu(double x) { return x < 0.0 ? 0.0 : x; }
+KC_FN float kc_maxf(float x, float y) { return (x > y || x != x) ? x : y; }
+KC_FN float kc_minf(float x, float y) { return (x < y || x != x) ? x : y; }
+KC_FN double kc_max(double x, double y) { return (x > y || x != x) ? x : y; }
+KC_FN double kc_min(double x, double y) { return (x < y || x != x) ? x : y; }
+KC_FN float kc_signf(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
+KC_FN double kc_sign(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : x); }
+KC_FN float kc_reluf(float x) { return x < 0.0f ? 0.0f : x; }
+KC_FN double kc_relu(double x) { return x < 0.0 ? 0.0 : x; }
 /* Floor modulo from fmod; a zero result takes the divisor's sign (Python, NumPy). */
-static inline float kc_modf(float x, float y) {
+KC_FN float kc_modf(float x, float y) {
     float r = fmodf(x, y);
     if (r == 0.0f) return y < 0.0f ? -0.0f : 0.0f;
     return ((r < 0.0f) != (y < 0.0f)) ? r + y : r;
 }
-static inline double kc_mod(double x, double y) {
+KC_FN double kc_mod(double x, double y) {
     double r = fmod(x, y);
     if (r == 0.0) return y < 0.0 ? -0.0 : 0.0;
     return ((r < 0.0) != (y < 0.0)) ? r + y : r;
 }
 /* The inverse hyperbolic functions as Rust's std computes them (not libm's): the
  * interpreter's results, bit for bit. */
-static inline float kc_asinhf(float x) {
+KC_FN float kc_asinhf(float x) {
     float ax = fabsf(x), ix = 1.0f / ax;
     return copysignf(log1pf(ax + ax / (hypotf(1.0f, ix) + ix)), x);
 }
-static inline double kc_asinh(double x) {
+KC_FN double kc_asinh(double x) {
     double ax = fabs(x), ix = 1.0 / ax;
     return copysign(log1p(ax + ax / (hypot(1.0, ix) + ix)), x);
 }
-static inline float kc_acoshf(float x) { return x < 1.0f ? NAN : logf(x + sqrtf(x - 1.0f) * sqrtf(x + 1.0f)); }
-static inline double kc_acosh(double x) { return x < 1.0 ? (double)NAN : log(x + sqrt(x - 1.0) * sqrt(x + 1.0)); }
-static inline float kc_atanhf(float x) { return 0.5f * log1pf((2.0f * x) / (1.0f - x)); }
-static inline double kc_atanh(double x) { return 0.5 * log1p((2.0 * x) / (1.0 - x)); }
+KC_FN float kc_acoshf(float x) { return x < 1.0f ? NAN : logf(x + sqrtf(x - 1.0f) * sqrtf(x + 1.0f)); }
+KC_FN double kc_acosh(double x) { return x < 1.0 ? (double)NAN : log(x + sqrt(x - 1.0) * sqrt(x + 1.0)); }
+KC_FN float kc_atanhf(float x) { return 0.5f * log1pf((2.0f * x) / (1.0f - x)); }
+KC_FN double kc_atanh(double x) { return 0.5 * log1p((2.0 * x) / (1.0 - x)); }
 /* ---- f32 exp, erfc, erf, sigmoid without libm calls ----
  * libm's expf and erfc are calls, so a loop around them does not vectorise (GELU's erfc and
  * softmax's exp were ~9% of bert-base). These are branch-free (selects and bit masks only)
@@ -129,7 +165,7 @@ static inline double kc_atanh(double x) { return 0.5 * log1p((2.0 * x) / (1.0 - 
  * exactly before adding b, so b's bits are not lost to the rounding of a + b. Cody-Waite:
  * a + b = n ln2 + r with |r| <= ln2/2, Cephes' degree-7 polynomial for e^r, 2^n built in the
  * exponent bits. */
-static inline float kc_expf_sum(float a, float b) {
+KC_FN float kc_expf_sum(float a, float b) {
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float x = a + b;
     /* Outside [-104, 89] the result is 0 or inf (selected below); the clamp keeps n in
@@ -160,14 +196,14 @@ static inline float kc_expf_sum(float a, float b) {
     uint32_t under = 0u - (uint32_t)(x < -104.0f), over = 0u - (uint32_t)(x > 89.0f);
     return kc_bits_f32((kc_f32_bits(v) & ~(under | over)) | (over & 0x7f800000u));
 }
-static inline float kc_expf_v(float x) { return kc_expf_sum(x, 0.0f); }
-static inline float kc_sigmoidf(float x) { return 1.0f / (1.0f + kc_expf_v(-x)); }
+KC_FN float kc_expf_v(float x) { return kc_expf_sum(x, 0.0f); }
+KC_FN float kc_sigmoidf(float x) { return 1.0f / (1.0f + kc_expf_v(-x)); }
 
 /* erfc(z) for z >= 0 (or NaN): the Chebyshev fit of Numerical Recipes' erfcc,
  * t e^(-z^2 + P(t)) with t = 1 / (1 + z/2), relative error below 1.2e-7 for every z (the same
  * fit as kernels/activation.rs). t, P(t) and -z^2 + P(t) are formed in double (vectorised
  * too): in f32 their rounding, amplified by e^, gave 7.7 ulp. */
-static inline float kc_erfcf_pos(float z) {
+KC_FN float kc_erfcf_pos(float z) {
     double zd = (double)(z < 16.0f ? z : 16.0f); /* erfc(16) underflows; keeps inf out */
     double t = 1.0 / (1.0 + 0.5 * (double)z);     /* z = inf: t = 0, the result 0 */
     double p = 0.17087277;
@@ -185,13 +221,13 @@ static inline float kc_erfcf_pos(float z) {
     return (float)(t * (double)kc_expf_sum(hi, (float)(w - (double)hi)));
 }
 /* erfc in f32; for x < 0, 2 - erfc(|x|) (in [1, 2]: no cancellation). */
-static inline float kc_erfcf(float x) {
+KC_FN float kc_erfcf(float x) {
     float e = kc_erfcf_pos(fabsf(x));
     return x < 0.0f ? 2.0f - e : e;
 }
 /* erf in f32: |x| < 0.75 by its Taylor series, x + x P(x^2) (truncation below 2^-30);
  * beyond, 1 - erfc(|x|) (erfc <= 0.29 there, so its error shrinks in the difference). */
-static inline float kc_erff(float x) {
+KC_FN float kc_erff(float x) {
     float ax = fabsf(x);
     float s = ax * ax;
     float p = -1.6365844691234924e-07f;
@@ -211,12 +247,12 @@ static inline float kc_erff(float x) {
     uint32_t r = (kc_f32_bits(small) & m) | (kc_f32_bits(big) & ~m);
     return kc_bits_f32(r | (kc_f32_bits(x) & 0x80000000u));
 }
-static inline double kc_erf(double x) { return erf(x); }
-static inline double kc_erfc(double x) { return erfc(x); }
+KC_FN double kc_erf(double x) { return erf(x); }
+KC_FN double kc_erfc(double x) { return erfc(x); }
 
 /* ---- float -> integer: truncate, saturate, NaN -> 0 ---- */
 #define KC_FTOI(sfx, T, LO, HI) \
-    static inline T kc_ftoi_##sfx(double x) { \
+    KC_FN T kc_ftoi_##sfx(double x) { \
         if (x != x) return 0; \
         if (x <= (double)(LO)) return (LO); \
         if (x >= (double)(HI)) return (HI); \
@@ -233,17 +269,17 @@ KC_FTOI(u64, uint64_t, 0, UINT64_MAX)
 
 /* ---- integers: T the type, UT its unsigned twin, UW the unsigned type arithmetic runs in ---- */
 #define KC_INT(sfx, T, UT, UW, BITS) \
-    static inline T kc_add_##sfx(T a, T b) { return (T)((UW)a + (UW)b); } \
-    static inline T kc_sub_##sfx(T a, T b) { return (T)((UW)a - (UW)b); } \
-    static inline T kc_mul_##sfx(T a, T b) { return (T)((UW)a * (UW)b); } \
-    static inline T kc_neg_##sfx(T a) { return (T)((UW)0 - (UW)a); } \
-    static inline T kc_shl_##sfx(T a, T s) { \
+    KC_FN T kc_add_##sfx(T a, T b) { return (T)((UW)a + (UW)b); } \
+    KC_FN T kc_sub_##sfx(T a, T b) { return (T)((UW)a - (UW)b); } \
+    KC_FN T kc_mul_##sfx(T a, T b) { return (T)((UW)a * (UW)b); } \
+    KC_FN T kc_neg_##sfx(T a) { return (T)((UW)0 - (UW)a); } \
+    KC_FN T kc_shl_##sfx(T a, T s) { \
         return (s >= 0 && (uint64_t)s < (BITS)) ? (T)((UW)(UT)a << s) : (T)0; \
     } \
-    static inline T kc_shr_##sfx(T a, T s) { \
+    KC_FN T kc_shr_##sfx(T a, T s) { \
         return (s >= 0 && (uint64_t)s < (BITS)) ? (T)((UT)a >> s) : (T)0; \
     } \
-    static inline T kc_pow_##sfx(T a, T e) { \
+    KC_FN T kc_pow_##sfx(T a, T e) { \
         if (e < 0) return 0; \
         uint64_t n = (uint64_t)e; \
         UW base = (UW)a, acc = 1; \
@@ -256,24 +292,24 @@ KC_FTOI(u64, uint64_t, 0, UINT64_MAX)
     }
 #define KC_SINT(sfx, T, UT, UW, BITS) \
     KC_INT(sfx, T, UT, UW, BITS) \
-    static inline T kc_abs_##sfx(T a) { return a < 0 ? kc_neg_##sfx(a) : a; } \
-    static inline T kc_sign_##sfx(T a) { return (T)((a > 0) - (a < 0)); } \
-    static inline T kc_relu_##sfx(T a) { return a < 0 ? (T)0 : a; } \
+    KC_FN T kc_abs_##sfx(T a) { return a < 0 ? kc_neg_##sfx(a) : a; } \
+    KC_FN T kc_sign_##sfx(T a) { return (T)((a > 0) - (a < 0)); } \
+    KC_FN T kc_relu_##sfx(T a) { return a < 0 ? (T)0 : a; } \
     /* b == -1 is negation (MIN / -1 wraps to MIN); b == 0 never reaches here but gives 0. */ \
-    static inline T kc_div_##sfx(T a, T b) { return b == 0 ? (T)0 : (b == -1 ? kc_neg_##sfx(a) : (T)(a / b)); } \
-    static inline T kc_rem_##sfx(T a, T b) { return (b == 0 || b == -1) ? (T)0 : (T)(a % b); } \
-    static inline T kc_mod_##sfx(T a, T b) { \
+    KC_FN T kc_div_##sfx(T a, T b) { return b == 0 ? (T)0 : (b == -1 ? kc_neg_##sfx(a) : (T)(a / b)); } \
+    KC_FN T kc_rem_##sfx(T a, T b) { return (b == 0 || b == -1) ? (T)0 : (T)(a % b); } \
+    KC_FN T kc_mod_##sfx(T a, T b) { \
         T r = kc_rem_##sfx(a, b); \
         return (r != 0 && ((r < 0) != (b < 0))) ? kc_add_##sfx(r, b) : r; \
     }
 #define KC_UINT(sfx, T, UW, BITS) \
     KC_INT(sfx, T, T, UW, BITS) \
-    static inline T kc_abs_##sfx(T a) { return a; } \
-    static inline T kc_sign_##sfx(T a) { return (T)(a != 0); } \
-    static inline T kc_relu_##sfx(T a) { return a; } \
-    static inline T kc_div_##sfx(T a, T b) { return b == 0 ? (T)0 : (T)(a / b); } \
-    static inline T kc_rem_##sfx(T a, T b) { return b == 0 ? (T)0 : (T)(a % b); } \
-    static inline T kc_mod_##sfx(T a, T b) { return kc_rem_##sfx(a, b); }
+    KC_FN T kc_abs_##sfx(T a) { return a; } \
+    KC_FN T kc_sign_##sfx(T a) { return (T)(a != 0); } \
+    KC_FN T kc_relu_##sfx(T a) { return a; } \
+    KC_FN T kc_div_##sfx(T a, T b) { return b == 0 ? (T)0 : (T)(a / b); } \
+    KC_FN T kc_rem_##sfx(T a, T b) { return b == 0 ? (T)0 : (T)(a % b); } \
+    KC_FN T kc_mod_##sfx(T a, T b) { return kc_rem_##sfx(a, b); }
 KC_SINT(i8, int8_t, uint8_t, uint32_t, 8)
 KC_SINT(i16, int16_t, uint16_t, uint32_t, 16)
 KC_SINT(i32, int32_t, uint32_t, uint32_t, 32)
@@ -285,15 +321,15 @@ KC_UINT(u64, uint64_t, uint64_t, 64)
 
 /* An index clamped into 0..len-1: a load on a Where branch is evaluated even when the branch
  * is not taken (its value is then discarded), so its index must stay inside the buffer. */
-static inline int64_t kc_clamp(int64_t i, int64_t len) { return i < 0 ? 0 : (i >= len ? len - 1 : i); }
+KC_FN int64_t kc_clamp(int64_t i, int64_t len) { return i < 0 ? 0 : (i >= len ? len - 1 : i); }
 
 /* Bool: lo <= i < hi. */
-static inline uint8_t kc_in_range(int64_t i, int64_t lo, int64_t hi) { return (uint8_t)(lo <= i && i < hi); }
+KC_FN uint8_t kc_in_range(int64_t i, int64_t lo, int64_t hi) { return (uint8_t)(lo <= i && i < hi); }
 /* Floor division by d > 0 of any n. */
-static inline int64_t kc_floor_div(int64_t n, int64_t d) { return n >= 0 ? n / d : -((-n + d - 1) / d); }
+KC_FN int64_t kc_floor_div(int64_t n, int64_t d) { return n >= 0 ? n / d : -((-n + d - 1) / d); }
 /* Narrows the loop range [*lo, *hi) to the v where lb <= a * v + r < hb (loop peeling: the
  * interior where every padding test holds and every guarded load is inside its buffer). */
-static inline void kc_peel(int64_t* lo, int64_t* hi, int64_t a, int64_t r, int64_t lb, int64_t hb) {
+KC_FN void kc_peel(int64_t* lo, int64_t* hi, int64_t a, int64_t r, int64_t lb, int64_t hb) {
     int64_t from, to;
     if (a > 0) {
         from = -kc_floor_div(r - lb, a);

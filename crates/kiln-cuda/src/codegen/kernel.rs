@@ -1,0 +1,421 @@
+//! One [`Kernel`] as a CUDA `__global__` function: the strategy ([`Launch`]), the index width,
+//! the signature, the grid-stride loop over outer points and each stage, per thread or split
+//! over a block.
+
+use super::{CudaKernelInfo, Launch};
+use kiln_cpu::codegen::common::{
+    Accumulator, ExprEnv, Writer, arg_name, check_identifier, defined_before, emit_exprs,
+    load_access, local_dtypes, loop_list, stage_loops, store_target,
+};
+use kiln_cpu::codegen::expr::{self, storage_ctype};
+use kiln_ir::{DType, Result};
+use kiln_sched::kernel::{Expr, ExprId, Idx, Kernel, Loop, Stage};
+use std::collections::HashMap;
+
+/// Threads per block of a [`Launch::PerThread`] kernel.
+const THREAD_BLOCK: u32 = 256;
+
+/// Largest value 32-bit index math may reach.
+const I32_LIMIT: u128 = i32::MAX as u128;
+
+/// The CUDA function for `k` (without the prelude) and how to launch it.
+pub fn render_kernel(k: &Kernel) -> Result<(String, CudaKernelInfo)> {
+    check_identifier(&k.name)?;
+    let launch = choose_launch(k);
+    let narrow = fits_i32(k);
+    let r = Renderer::new(k, launch, narrow)?;
+    let text = r.render()?;
+    let row_points = k.outer.split_first().map(|(_, rest)| {
+        rest.iter()
+            .fold(1u64, |acc, l| acc.saturating_mul(l.extent as u64))
+    });
+    Ok((
+        text,
+        CudaKernelInfo {
+            name: k.name.clone(),
+            launch,
+            row_points,
+        },
+    ))
+}
+
+/// Points of a stage's (or the outer) loop nest.
+fn points(loops: &[Loop]) -> u128 {
+    loops.iter().map(|l| l.extent as u128).product()
+}
+
+/// [`Launch::PerBlock`] when a stage's loop nest is long (or fairly long with few outer points
+/// to spread over the GPU): its threads then split the nest, with coalesced accesses along
+/// the innermost loop; else [`Launch::PerThread`] (pointwise kernels, short reductions).
+fn choose_launch(k: &Kernel) -> Launch {
+    let longest = k.stages.iter().map(|s| points(stage_loops(s))).max().unwrap_or(1);
+    let outer = points(&k.outer);
+    if longest >= 512 || (longest >= 32 && outer < 4096) {
+        let block = (longest.next_power_of_two() / 2).clamp(32, 512) as u32;
+        Launch::PerBlock { block }
+    } else {
+        Launch::PerThread { block: THREAD_BLOCK }
+    }
+}
+
+/// True when every index value the kernel computes fits 32-bit `int`: argument lengths,
+/// flattened loop nests and every subexpression of every index, bounded from the loops'
+/// extents.
+pub(crate) fn fits_i32(k: &Kernel) -> bool {
+    let mut extent: HashMap<u32, u128> = HashMap::new();
+    for l in k.outer.iter().chain(k.stages.iter().flat_map(stage_loops)) {
+        extent.insert(l.var, l.extent as u128);
+    }
+    let nests_fit = std::iter::once(k.outer.as_slice())
+        .chain(k.stages.iter().map(stage_loops))
+        .all(|loops| points(loops) <= I32_LIMIT);
+    let args_fit = k.args.iter().all(|a| a.len as u128 <= I32_LIMIT);
+    let indices = k
+        .exprs
+        .iter()
+        .filter_map(|e| match &e.expr {
+            Expr::Load { index, .. } | Expr::InRange { index, .. } | Expr::Index(index) => {
+                Some(index)
+            }
+            _ => None,
+        })
+        .chain(k.stages.iter().filter_map(|s| match s {
+            Stage::Store { index, .. } => Some(index),
+            Stage::Reduce { .. } => None,
+        }));
+    nests_fit && args_fit && indices.into_iter().all(|i| magnitude(i, &extent).is_some())
+}
+
+/// A bound on `|value|` of `idx` and of each of its subexpressions (and partial sums), None
+/// when one exceeds [`I32_LIMIT`]. Variables not bound by a loop count as out of range.
+fn magnitude(idx: &Idx, extent: &HashMap<u32, u128>) -> Option<u128> {
+    let m = match idx {
+        Idx::Var(v) => extent.get(v)?.saturating_sub(1),
+        Idx::Const(c) => c.unsigned_abs() as u128,
+        Idx::Add(terms) => terms.iter().try_fold(0u128, |acc, t| {
+            let s = acc + magnitude(t, extent)?;
+            (s <= I32_LIMIT).then_some(s)
+        })?,
+        Idx::Mul(x, c) => magnitude(x, extent)? * c.unsigned_abs() as u128,
+        Idx::Div(x, c) => magnitude(x, extent)? / c.unsigned_abs().max(1) as u128,
+        Idx::Mod(x, c) => magnitude(x, extent)?.min(c.unsigned_abs() as u128),
+    };
+    (m <= I32_LIMIT).then_some(m)
+}
+
+/// Arguments that may share memory with the output of an in-place pointwise kernel (the
+/// memory planner's rule in `kiln_sched::memory`): a one-Store kernel writing only that
+/// argument, and read arguments loaded at exactly the store's index. They and the output
+/// must not be `__restrict__`.
+fn may_alias(k: &Kernel) -> Vec<bool> {
+    let mut alias = vec![false; k.args.len()];
+    let [Stage::Store { arg, index, .. }] = k.stages.as_slice() else {
+        return alias;
+    };
+    for e in &k.exprs {
+        if let Expr::Load { arg: a, index: i } = &e.expr
+            && i == index
+            && let Some(x) = alias.get_mut(*a as usize)
+        {
+            *x = true;
+        }
+    }
+    if let Some(x) = alias.get_mut(*arg as usize) {
+        *x = true;
+    }
+    alias
+}
+
+struct Renderer<'k> {
+    k: &'k Kernel,
+    launch: Launch,
+    /// 32-bit index math (`int` loop variables, [`expr::index32`]).
+    narrow: bool,
+    locals: Vec<Option<DType>>,
+}
+
+impl<'k> Renderer<'k> {
+    fn new(k: &'k Kernel, launch: Launch, narrow: bool) -> Result<Renderer<'k>> {
+        Ok(Renderer {
+            k,
+            launch,
+            narrow,
+            locals: local_dtypes(k)?,
+        })
+    }
+
+    /// The signed type of loop variables and the unsigned type of flat counters.
+    fn types(&self) -> (&'static str, &'static str) {
+        if self.narrow {
+            ("int", "unsigned int")
+        } else {
+            ("long long", "unsigned long long")
+        }
+    }
+
+    fn index(&self, idx: &Idx) -> String {
+        if self.narrow {
+            expr::index32(idx)
+        } else {
+            expr::index(idx)
+        }
+    }
+
+    fn signature(&self) -> String {
+        let k = self.k;
+        let alias = may_alias(k);
+        let mut params: Vec<String> = k
+            .args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let (name, konst) = arg_name(k, i as u32);
+                let restrict = if a.written || alias[i] {
+                    ""
+                } else {
+                    " __restrict__"
+                };
+                format!("{konst}{}*{restrict} {name}", storage_ctype(a.dtype))
+            })
+            .collect();
+        params.push("long long begin".into());
+        params.push("long long end".into());
+        format!(
+            "extern \"C\" __global__ void __launch_bounds__({}) {}({})",
+            self.launch.block(),
+            k.name,
+            params.join(", ")
+        )
+    }
+
+    fn render(&self) -> Result<String> {
+        let k = self.k;
+        let (_, uty) = self.types();
+        let mut w = Writer::default();
+        w.line(&format!(
+            "/* kernel {}: outer loops [{}], {} stage(s), {:?}, {}-bit indices */",
+            k.name,
+            loop_list(&k.outer),
+            k.stages.len(),
+            self.launch,
+            if self.narrow { 32 } else { 64 }
+        ));
+        for (i, a) in k.args.iter().enumerate() {
+            w.line(&format!(
+                "/* a{i}: {} [{}]{} */",
+                a.dtype,
+                a.len,
+                if a.written { ", written" } else { "" }
+            ));
+        }
+        w.open(&self.signature());
+        let per_block = matches!(self.launch, Launch::PerBlock { .. });
+        if per_block {
+            w.line("__shared__ double kc_smem[32]; /* one partial per warp */");
+        }
+        match k.outer.split_first() {
+            None => {
+                w.line("/* one point: the launch range does not apply */");
+                w.line("(void)begin;");
+                w.line("(void)end;");
+                w.line(&format!("const {uty} kc_n = 1;"));
+            }
+            Some((first, rest)) => {
+                let e = first.extent;
+                w.line("if (begin < 0) begin = 0;");
+                w.line(&format!("if (end > {e}LL) end = {e}LL;"));
+                w.line("if (end <= begin) return;");
+                let r = points(rest);
+                w.line(&format!("const {uty} kc_n = ({uty})(end - begin) * {r}u;"));
+            }
+        }
+        let (start, stride) = if per_block {
+            ("blockIdx.x", "gridDim.x")
+        } else {
+            (
+                "blockIdx.x * blockDim.x + threadIdx.x",
+                "gridDim.x * blockDim.x",
+            )
+        };
+        w.open(&format!(
+            "for ({uty} kc_p = {start}; kc_p < kc_n; kc_p += {stride})"
+        ));
+        if let Some((first, rest)) = k.outer.split_first() {
+            self.unflatten(&mut w, "kc_p", rest, Some(first.var));
+        }
+        for s in 0..k.stages.len() {
+            self.stage(&mut w, s, per_block)?;
+            if per_block && s + 1 < k.stages.len() && matches!(k.stages[s], Stage::Store { .. }) {
+                // A later stage may read what this one stored, from other threads.
+                w.line("__syncthreads();");
+            }
+        }
+        w.close();
+        w.close();
+        Ok(w.out)
+    }
+
+    /// Declares the variables of `loops` from the flat counter `flat` (innermost fastest);
+    /// `first`: the variable of the first outer loop, `begin` + what is left.
+    fn unflatten(&self, w: &mut Writer, flat: &str, loops: &[Loop], first: Option<u32>) {
+        let (ity, uty) = self.types();
+        if loops.is_empty() {
+            if let Some(v) = first {
+                w.line(&format!("const {ity} i{v} = ({ity})begin + ({ity}){flat};"));
+            }
+            return;
+        }
+        w.line(&format!("{uty} kc_q = {flat};"));
+        for (d, l) in loops.iter().enumerate().rev() {
+            let v = l.var;
+            if l.extent <= 1 {
+                w.line(&format!("const {ity} i{v} = 0;"));
+            } else if d == 0 && first.is_none() {
+                w.line(&format!("const {ity} i{v} = ({ity})kc_q;"));
+            } else {
+                w.line(&format!(
+                    "const {ity} i{v} = ({ity})(kc_q % {}u);",
+                    l.extent
+                ));
+                w.line(&format!("kc_q /= {}u;", l.extent));
+            }
+        }
+        if let Some(v) = first {
+            w.line(&format!("const {ity} i{v} = ({ity})begin + ({ity})kc_q;"));
+        }
+    }
+
+    /// Opens the loops of a stage: sequential loops in a thread, or the flattened nest split
+    /// over the block's threads.
+    fn open_loops(&self, w: &mut Writer, loops: &[Loop], per_block: bool) {
+        let (ity, uty) = self.types();
+        if per_block {
+            w.open(&format!(
+                "for ({uty} kc_r = threadIdx.x; kc_r < {}u; kc_r += blockDim.x)",
+                points(loops)
+            ));
+            self.unflatten(w, "kc_r", loops, None);
+        } else {
+            for l in loops {
+                w.open(&format!(
+                    "for ({ity} i{v} = 0; i{v} < {e}; i{v}++)",
+                    v = l.var,
+                    e = l.extent
+                ));
+            }
+        }
+    }
+
+    fn close_loops(&self, w: &mut Writer, loops: &[Loop], per_block: bool) {
+        let n = if per_block { 1 } else { loops.len() };
+        for _ in 0..n {
+            w.close();
+        }
+    }
+
+    fn exprs(&self, w: &mut Writer, s: usize, root: ExprId) -> Result<()> {
+        let k = self.k;
+        let defined = defined_before(k, s, &self.locals);
+        let access =
+            |arg: u32, index: &Idx, safe: bool| Ok(load_access(k, arg, &self.index(index), safe));
+        let index = |i: &Idx| self.index(i);
+        let env = ExprEnv {
+            access: &access,
+            index: &index,
+            in_range_holds: false,
+        };
+        emit_exprs(w, k, root, &self.locals, &defined, &env)
+    }
+
+    fn stage(&self, w: &mut Writer, s: usize, per_block: bool) -> Result<()> {
+        let k = self.k;
+        let stage = &k.stages[s];
+        let loops = stage_loops(stage);
+        let names = loop_list(loops);
+        let split = if per_block {
+            ", split over the block"
+        } else {
+            ""
+        };
+        match stage {
+            Stage::Store {
+                arg, index, value, ..
+            } => {
+                let a = store_target(k, s, *arg, *value)?;
+                w.line(&format!(
+                    "/* stage {s}: store to out{arg} over [{}]{split} */",
+                    names
+                ));
+                w.open("");
+                self.open_loops(w, loops, per_block);
+                self.exprs(w, s, *value)?;
+                let stored = expr::store(a.dtype, &format!("v{value}"));
+                w.line(&format!("out{arg}[{}] = {stored};", self.index(index)));
+                self.close_loops(w, loops, per_block);
+                w.close();
+            }
+            Stage::Reduce {
+                op,
+                value,
+                local,
+                dtype,
+                ..
+            } => {
+                let vt = k.exprs.get(*value as usize).map_or(*dtype, |e| e.dtype);
+                let acc = Accumulator::new(k, *op, *dtype)?;
+                let var = acc.var(*local);
+                w.line(&format!(
+                    "/* stage {s}: reduce {op:?} over [{}] -> acc{local} ({dtype}){split} */",
+                    names
+                ));
+                w.line(&format!("{} {var} = {};", acc.ty, acc.init));
+                w.open("");
+                self.open_loops(w, loops, per_block);
+                self.exprs(w, s, *value)?;
+                let v = expr::convert(&format!("v{value}"), vt, *dtype);
+                w.line(&format!("{var} = {};", acc.combine(&var, &v)));
+                self.close_loops(w, loops, per_block);
+                w.close();
+                if per_block {
+                    block_combine(w, &acc, &var);
+                }
+                if let Some(fin) = acc.finish(*local, *dtype) {
+                    w.line(&fin);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Combines every thread's partial `var` into all threads' `var`: butterfly shuffles within
+/// each warp, one partial per warp through shared memory, the first warp combines those and
+/// the result goes back through shared memory. The block is a multiple of 32 threads.
+fn block_combine(w: &mut Writer, acc: &Accumulator, var: &str) {
+    let ty = acc.ty;
+    let shuffle = |w: &mut Writer| {
+        w.open("for (int kc_o = 16; kc_o > 0; kc_o >>= 1)");
+        w.line(&format!("const {ty} kc_y = kc_shfl_xor({var}, kc_o);"));
+        w.line(&format!("{var} = {};", acc.combine(var, "kc_y")));
+        w.close();
+    };
+    w.open("");
+    shuffle(w);
+    w.line(&format!("{ty}* kc_red = ({ty}*)kc_smem;"));
+    w.line(&format!(
+        "if ((threadIdx.x & 31u) == 0u) kc_red[threadIdx.x >> 5] = {var};"
+    ));
+    w.line("__syncthreads();");
+    w.open("if (threadIdx.x < 32u)");
+    w.line(&format!(
+        "{var} = threadIdx.x < (blockDim.x >> 5) ? kc_red[threadIdx.x] : ({ty})({});",
+        acc.init
+    ));
+    shuffle(w);
+    w.line(&format!("if (threadIdx.x == 0u) kc_red[0] = {var};"));
+    w.close();
+    w.line("__syncthreads();");
+    w.line(&format!("{var} = kc_red[0];"));
+    w.line("__syncthreads(); /* kc_smem is free for the next reduction */");
+    w.close();
+}
