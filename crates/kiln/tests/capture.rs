@@ -283,3 +283,57 @@ fn eager_mode_captures_and_runs_the_interpreter() {
     assert_eq!(fast.call(&x).unwrap().to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
     assert_eq!(fast.explain().graphs.len(), 1);
 }
+
+/// Collects `(target, message)` of every event on this thread (what `KILN_LOGS=recompiles`
+/// would print).
+#[derive(Clone, Default)]
+struct Events(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+impl tracing::Subscriber for Events {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut m = Message(String::new());
+        event.record(&mut m);
+        self.0.lock().unwrap().push((event.metadata().target().to_string(), m.0));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn recompiles_breaks_and_the_limit_are_logged_on_their_topics() {
+    let events = Events::default();
+    tracing::subscriber::with_default(events.clone(), || {
+        let fast = kiln::compile(|x: &Tensor| x.neg()).options(opts()).recompile_limit(2);
+        for dtype in [DType::F32, DType::F64, DType::I32, DType::I64] {
+            fast.call(&Tensor::ones(&[2], dtype)).unwrap();
+        }
+        let brk = kiln::compile(|x: &Tensor| x.add_scalar(x.sum_all()?.item()?)).options(opts());
+        brk.call(&Tensor::ones(&[2], DType::F32)).unwrap();
+    });
+    let got = events.0.lock().unwrap().clone();
+    let on = |target: &str| got.iter().filter(|(t, _)| t == target).map(|(_, m)| m.clone()).collect::<Vec<_>>();
+    let recompiles = on("kiln::recompiles");
+    assert_eq!(recompiles.len(), 2, "{got:?}");
+    assert!(recompiles[0].contains("recompiling") && recompiles[0].contains("input 0: dtype f64 (expected f32)"));
+    // The limit warns once although two calls ran eagerly.
+    assert!(recompiles[1].contains("recompile limit (2) reached"), "{recompiles:?}");
+    let breaks = on("kiln::graph_breaks");
+    assert_eq!(breaks.len(), 1);
+    assert!(breaks[0].contains("item()") && breaks[0].contains("capture.rs:"), "{breaks:?}");
+}

@@ -333,7 +333,7 @@ impl Shared {
         drop(trace);
         self.record(&brks, start.elapsed().saturating_sub(segment_time));
         let last = last?;
-        let (outs, compiled) = segments::run(self, &last)?;
+        let (outs, compiled) = segments::run(self, &last, !brks.is_empty())?;
         let plan = if brks.is_empty() { Plan::Whole(compiled) } else { Plan::Rerun };
         Ok((outs.into_iter().map(Tensor::from_host).collect(), plan))
     }

@@ -57,13 +57,16 @@ fn content_hash(c: &Arc<HostTensor>) -> [u8; 32] {
 }
 
 /// Runs `seg` through its compiled graph (compiling it on first sight); returns the outputs and
-/// the compiled graph.
-pub(crate) fn run(shared: &Shared, seg: &Segment) -> Result<(Vec<HostTensor>, Arc<Compiled>)> {
-    let (key, found) = {
+/// the compiled graph. `cached: false` compiles without a cache lookup (a whole function
+/// without breaks: its plan is kept by its guards, and hashing its weights would only cost).
+pub(crate) fn run(shared: &Shared, seg: &Segment, cached: bool) -> Result<(Vec<HostTensor>, Arc<Compiled>)> {
+    let (key, found) = if cached {
         let mut st = shared.lock();
         let key = st.segments.key(&seg.graph);
         let found = st.segments.compiled.get(&key).cloned();
-        (key, found)
+        (Some(key), found)
+    } else {
+        (None, None)
     };
     let compiled = match found {
         Some(c) => c,
@@ -79,7 +82,10 @@ pub(crate) fn run(shared: &Shared, seg: &Segment) -> Result<(Vec<HostTensor>, Ar
             tracing::info!(target: "kiln::graph", "{}: compiled graph {}", shared.name, info);
             let mut st = shared.lock();
             st.segments.infos.push(info);
-            st.segments.compiled.entry(key).or_insert(c).clone()
+            match key {
+                Some(k) => st.segments.compiled.entry(k).or_insert(c).clone(),
+                None => c,
+            }
         }
     };
     Ok((compiled.run(&seg.inputs)?, compiled))
