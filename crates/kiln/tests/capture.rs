@@ -106,6 +106,17 @@ fn a_dim_seen_with_two_sizes_becomes_dynamic() {
     assert_eq!(e.entries.len(), 1);
     assert_eq!(e.entries[0].guard.inputs[0].dims, vec![DimGuard::Dynamic, DimGuard::Exact(8)]);
 
+    // With an f32 and an f64 entry, a new f32 batch generalises the f32 entry, not the newest.
+    let fast = kiln::compile(f).options(opts());
+    for (b, dtype) in [(2, DType::F32), (2, DType::F64), (3, DType::F32), (5, DType::F32), (2, DType::F64)] {
+        let x = rand(&[b, 8], b as u64).to_dtype(dtype).unwrap();
+        assert_close(&fast.call(&x).unwrap(), &f(&x).unwrap(), 1e-5);
+    }
+    let e = fast.explain();
+    assert_eq!(e.recompiles.len(), 2, "{e}");
+    assert!(e.recompiles[1].starts_with("input 0 dim 0: size 3 (expected 2) (those dims"), "{e}");
+    assert_eq!((e.entries.len(), e.specialisations, e.graphs.len()), (2, 1, 4), "{e}");
+
     // dynamic(false): every new size is a recompile.
     let fast = kiln::compile(f).options(opts()).dynamic(false);
     for b in [2, 3, 4] {
@@ -284,14 +295,20 @@ fn eager_mode_captures_and_runs_the_interpreter() {
     assert_eq!(fast.explain().graphs.len(), 1);
 }
 
-/// Collects `(target, message)` of every event on this thread (what `KILN_LOGS=recompiles`
-/// would print).
-#[derive(Clone, Default)]
-struct Events(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+/// Collects `(thread, target, message)` of the events on the capture topics (what
+/// `KILN_LOGS=recompiles,graph_breaks` prints). Installed as the global subscriber, once: a
+/// scoped one races with other test threads over tracing's per-callsite interest cache.
+#[derive(Default)]
+struct Events(std::sync::Mutex<Vec<(std::thread::ThreadId, String, String)>>);
 
-impl tracing::Subscriber for Events {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
+const TOPICS: [&str; 2] = ["kiln::recompiles", "kiln::graph_breaks"];
+
+impl tracing::Subscriber for &'static Events {
+    fn register_callsite(&self, meta: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        if TOPICS.contains(&meta.target()) { tracing::subscriber::Interest::always() } else { tracing::subscriber::Interest::never() }
+    }
+    fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+        TOPICS.contains(&meta.target())
     }
     fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
         tracing::span::Id::from_u64(1)
@@ -309,7 +326,8 @@ impl tracing::Subscriber for Events {
         }
         let mut m = Message(String::new());
         event.record(&mut m);
-        self.0.lock().unwrap().push((event.metadata().target().to_string(), m.0));
+        let t = std::thread::current().id();
+        self.0.lock().unwrap().push((t, event.metadata().target().to_string(), m.0));
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
@@ -317,23 +335,40 @@ impl tracing::Subscriber for Events {
 
 #[test]
 fn recompiles_breaks_and_the_limit_are_logged_on_their_topics() {
-    let events = Events::default();
-    tracing::subscriber::with_default(events.clone(), || {
-        let fast = kiln::compile(|x: &Tensor| x.neg()).options(opts()).recompile_limit(2);
-        for dtype in [DType::F32, DType::F64, DType::I32, DType::I64] {
-            fast.call(&Tensor::ones(&[2], dtype)).unwrap();
-        }
-        let brk = kiln::compile(|x: &Tensor| x.add_scalar(x.sum_all()?.item()?)).options(opts());
-        brk.call(&Tensor::ones(&[2], DType::F32)).unwrap();
-    });
-    let got = events.0.lock().unwrap().clone();
+    static EVENTS: std::sync::OnceLock<Events> = std::sync::OnceLock::new();
+    let events: &'static Events = EVENTS.get_or_init(Events::default);
+    tracing::subscriber::set_global_default(events).unwrap();
+    let fast = kiln::compile(|x: &Tensor| x.neg()).options(opts()).recompile_limit(2);
+    for dtype in [DType::F32, DType::F64, DType::I32, DType::I64] {
+        fast.call(&Tensor::ones(&[2], dtype)).unwrap();
+    }
+    let brk = kiln::compile(|x: &Tensor| x.add_scalar(x.sum_all()?.item()?)).options(opts());
+    brk.call(&Tensor::ones(&[2], DType::F32)).unwrap();
+    let me = std::thread::current().id();
+    let got: Vec<(String, String)> =
+        events.0.lock().unwrap().iter().filter(|e| e.0 == me).map(|e| (e.1.clone(), e.2.clone())).collect();
     let on = |target: &str| got.iter().filter(|(t, _)| t == target).map(|(_, m)| m.clone()).collect::<Vec<_>>();
     let recompiles = on("kiln::recompiles");
-    assert_eq!(recompiles.len(), 2, "{got:?}");
+    assert_eq!(recompiles.len(), 2, "{recompiles:?}");
     assert!(recompiles[0].contains("recompiling") && recompiles[0].contains("input 0: dtype f64 (expected f32)"));
     // The limit warns once although two calls ran eagerly.
     assert!(recompiles[1].contains("recompile limit (2) reached"), "{recompiles:?}");
     let breaks = on("kiln::graph_breaks");
     assert_eq!(breaks.len(), 1);
     assert!(breaks[0].contains("item()") && breaks[0].contains("capture.rs:"), "{breaks:?}");
+}
+
+#[test]
+fn a_compiled_function_can_be_shared_between_threads() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    let fast = kiln::compile(|x: &Tensor| x.add_scalar(2.0)).options(opts());
+    send_sync(&fast);
+    let x = rand(&[3], 1);
+    let want = x.add_scalar(2.0).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| assert_close(&fast.call(&x).unwrap(), &want, 1e-6));
+        }
+    });
+    assert_eq!(fast.explain().calls, 2);
 }

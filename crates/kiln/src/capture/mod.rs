@@ -53,8 +53,8 @@ pub const DEFAULT_RECOMPILE_LIMIT: usize = 8;
 pub struct CaptureOptions {
     /// What each captured graph is compiled with (mode, passes, cache dir).
     pub compile: CompileOptions,
-    /// `Some(true)`: every dim of every input is dynamic; `Some(false)`: none (not even
-    /// automatically); `None`: the dims marked, and automatically a dim seen with two sizes.
+    /// `Some(true)`: every dim of every input is dynamic; `Some(false)`: only the dims marked
+    /// (no automatic dynamic); `None`: the dims marked, and automatically a dim seen with two sizes.
     pub dynamic: Option<bool>,
     /// (input, dim) pairs marked dynamic.
     pub marked: Vec<(usize, usize)>,
@@ -129,7 +129,7 @@ impl<F> CompiledFn<F> {
         self.with(|o| o.compile = c)
     }
 
-    /// `true`: every input dim is dynamic; `false`: none, not even automatically.
+    /// `true`: every input dim is dynamic; `false`: only marked dims, none automatically.
     pub fn dynamic(self, on: bool) -> Self {
         self.with(|o| o.dynamic = Some(on))
     }
@@ -287,28 +287,31 @@ impl Shared {
         }
         let id = st.next_entry;
         st.next_entry += 1;
-        let automatic = self.opts.dynamic.is_none();
-        let guard = match st.entries.last() {
-            None => Guard::new(xs, |i, d| self.opts.dynamic == Some(true) || self.opts.marked.contains(&(i, d))),
-            Some(last) => {
-                let why = last.guard.failures(xs).unwrap_or_default();
-                let general = last.guard.generalise(xs).filter(|_| automatic);
-                let dynamic = if general.is_some() { " (those dims are dynamic from now on)" } else { "" };
-                let reason = format!("{why}{dynamic}");
-                tracing::info!(target: "kiln::recompiles", "recompiling function compiled at {}: {reason}", self.name);
-                st.recompiles.push(reason);
-                match general {
-                    Some(g) => {
-                        // The generalised entry replaces the one it generalises, keeping its plans.
-                        let old = st.entries.pop().map(|e| e.plans).unwrap_or_default();
-                        st.entries.push(Entry { id, guard: g, plans: old });
-                        return Action::Capture { entry: id, store: true };
-                    }
-                    None => Guard::new(xs, |i, d| self.opts.marked.contains(&(i, d))),
-                }
-            }
+        let dynamic = |i, d| self.opts.dynamic == Some(true) || self.opts.marked.contains(&(i, d));
+        if st.entries.is_empty() {
+            st.entries.push(Entry { id, guard: Guard::new(xs, dynamic), plans: Vec::new() });
+            return Action::Capture { entry: id, store: true };
+        }
+        // Automatic dynamic shapes: the newest entry that differs only in sizes is generalised
+        // (those dims become dynamic) and replaced, keeping its plans.
+        let general = match self.opts.dynamic {
+            None => st.entries.iter().rposition(|e| e.guard.generalise(xs).is_some()),
+            Some(_) => None,
         };
-        st.entries.push(Entry { id, guard, plans: Vec::new() });
+        let closest = general.unwrap_or(st.entries.len() - 1);
+        let why = st.entries[closest].guard.failures(xs).unwrap_or_default();
+        let reason = if general.is_some() { format!("{why} (those dims are dynamic from now on)") } else { why };
+        tracing::info!(target: "kiln::recompiles", "recompiling function compiled at {}: {reason}", self.name);
+        st.recompiles.push(reason);
+        let entry = match general {
+            Some(i) => {
+                let old = st.entries.remove(i);
+                let guard = old.guard.generalise(xs).unwrap_or_else(|| Guard::new(xs, dynamic));
+                Entry { id, guard, plans: old.plans }
+            }
+            None => Entry { id, guard: Guard::new(xs, dynamic), plans: Vec::new() },
+        };
+        st.entries.push(entry);
         Action::Capture { entry: id, store: true }
     }
 

@@ -212,7 +212,7 @@ impl Tensor {
     }
 
     /// The host data (a cheap clone sharing storage). For a traced placeholder: inside a
-    /// [`crate::compile`]d function this is a graph break (the graph so far runs and the value
+    /// [`crate::compile()`]d function this is a graph break (the graph so far runs and the value
     /// is produced); inside a plain [`crate::trace`], an error.
     #[track_caller]
     pub fn to_host(&self) -> Result<HostTensor> {
