@@ -1,5 +1,5 @@
 //! Log setup: `KILN_LOG` is a tracing `EnvFilter` (e.g. `debug`, `kiln_cpu=trace`), default `warn` (`kiln serve`: `warn,kiln_serve=info`, so compile progress and readiness show);
-//! `KILN_LOGS=graph,fusion,output_code,recompiles,cache,autotune,memory` turns on compiler topics
+//! `KILN_LOGS=graph,fusion,output_code,recompiles,graph_breaks,cache,autotune,memory` turns on compiler topics
 //! (see `kiln::compile::logs`). Logs go to stderr so that `--json` output on stdout stays
 //! machine-readable.
 

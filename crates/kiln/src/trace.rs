@@ -6,9 +6,14 @@
 //!
 //! Traces are per thread: one active trace at a time (a trace started inside another takes
 //! over until it ends). Placeholders of a finished or another trace are refused.
+//!
+//! [`crate::capture`] records in *segments*: [`start_capture`] opens a trace whose
+//! placeholders carry the call's data, [`cut`] ends the current segment at a graph break (its
+//! graph's outputs are every traced value of the segment still alive) and opens the next one,
+//! in which values computed by earlier segments become graph inputs when used.
 
 use crate::Tensor;
-use crate::tensor::Repr;
+use crate::tensor::{Repr, WeakTensor};
 use kiln_ir::{DType, Error, Graph, HostTensor, Layout, NodeId, Op, Result, Shape, Storage, TensorType};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -31,7 +36,7 @@ pub fn trace(
     f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Graph> {
     let id = NEXT_TRACE_ID.fetch_add(1, Ordering::Relaxed);
-    let mut active = ActiveTrace { id, graph: Graph::new(), views: HashMap::new(), bases: HashMap::new() };
+    let mut active = ActiveTrace::new(id, None);
     let mut placeholders = Vec::with_capacity(specs.len());
     for (i, &(name, dtype, dims)) in specs.iter().enumerate() {
         if specs[..i].iter().any(|s| s.0 == name) {
@@ -73,27 +78,144 @@ pub(crate) fn record(op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
         let dims = ty.shape.as_fixed().ok_or_else(|| {
             Error::Unsupported(format!("{name}: traced result {} has symbolic dims", ty.shape))
         })?;
-        Ok(Tensor::traced(node, ty.dtype, dims, active.id))
+        let t = Tensor::traced(node, ty.dtype, dims, active.id);
+        if let Some(seg) = &mut active.segment {
+            seg.made.push(t.downgrade());
+        }
+        Ok(t)
     })
+}
+
+/// One segment of a capture, ended by [`cut`]: its graph, the data of its inputs (in order)
+/// and the tensors its outputs belong to (in order).
+pub(crate) struct Segment {
+    pub graph: Graph,
+    pub inputs: Vec<HostTensor>,
+    pub values: Vec<Tensor>,
+}
+
+/// Opens a capture trace on this thread for a call on `inputs` (tensors with data): returns
+/// its root id and the placeholders, which carry the inputs' data. The trace ends when the
+/// returned guard drops.
+pub(crate) fn start_capture(inputs: &[Tensor]) -> Result<(CaptureGuard, Vec<Tensor>)> {
+    let id = NEXT_TRACE_ID.fetch_add(1, Ordering::Relaxed);
+    let mut active = ActiveTrace::new(id, Some(SegmentState::default()));
+    let mut placeholders = Vec::with_capacity(inputs.len());
+    for (i, x) in inputs.iter().enumerate() {
+        let data = x.data().ok_or_else(|| Error::Value(format!("capture: input {i} has no data ({x:?})")))?;
+        let node = active.graph.input(&format!("x{i}"), TensorType::new(x.dtype(), x.shape()));
+        let p = Tensor::traced(node, x.dtype(), x.dims(), id);
+        p.set_value(data.clone());
+        if let Some(seg) = &mut active.segment {
+            seg.inputs.push(data.clone());
+        }
+        placeholders.push(p);
+    }
+    STACK.with(|s| s.borrow_mut().push(active));
+    Ok((CaptureGuard(PopOnDrop(id)), placeholders))
+}
+
+/// Ends the active segment of the capture `root` and opens the next. The segment's outputs are
+/// `results` when given (the end of the call: concrete results become constant outputs),
+/// else every traced value made in the segment that is still alive and has no data yet.
+pub(crate) fn cut(root: u64, results: Option<&[Tensor]>) -> Result<Segment> {
+    STACK.with(|s| {
+        let mut stack = s.borrow_mut();
+        let active = match stack.last_mut() {
+            Some(a) if a.root == root && a.segment.is_some() => a,
+            _ => return Err(Error::Graph(format!("capture #{root} is not the active trace"))),
+        };
+        let values: Vec<Tensor> = match results {
+            Some(r) => r.to_vec(),
+            None => {
+                let made = active.segment.as_ref().map(|s| s.made.as_slice()).unwrap_or_default();
+                made.iter().filter_map(WeakTensor::upgrade).filter(|t| t.data().is_none()).collect()
+            }
+        };
+        for t in &values {
+            let node = active.node_of(t, "capture output")?;
+            active.graph.output(node);
+        }
+        let next = ActiveTrace::new(NEXT_TRACE_ID.fetch_add(1, Ordering::Relaxed), Some(SegmentState::default()));
+        let done = std::mem::replace(active, ActiveTrace { root, ..next });
+        let inputs = done.segment.map(|s| s.inputs).unwrap_or_default();
+        Ok(Segment { graph: done.graph, inputs, values })
+    })
+}
+
+/// The root id of the capture recording on this thread, and the id of its current segment.
+pub(crate) fn active_capture() -> Option<(u64, u64)> {
+    STACK.with(|s| s.borrow().last().filter(|a| a.segment.is_some()).map(|a| (a.root, a.id)))
+}
+
+/// The id of the trace (segment) a traced tensor belongs to.
+pub(crate) fn trace_id_of(t: &Tensor) -> Option<u64> {
+    match t.repr() {
+        Repr::Traced(v) => Some(v.trace_id),
+        Repr::Host(_) => None,
+    }
+}
+
+/// Ends a capture trace when dropped (also on panic).
+pub(crate) struct CaptureGuard(PopOnDrop);
+
+impl CaptureGuard {
+    /// The capture's root id.
+    pub(crate) fn root(&self) -> u64 {
+        (self.0).0
+    }
 }
 
 /// A trace being recorded.
 struct ActiveTrace {
+    /// The current segment's id (placeholders carry it).
     id: u64,
+    /// The id the trace started with (a capture's segments share it).
+    root: u64,
     graph: Graph,
     /// Node of each concrete tensor already used, by storage address and layout. The stored
     /// storage handle keeps the address from being reused by another tensor during the trace.
     views: HashMap<(usize, Layout), (Arc<Storage>, NodeId)>,
     /// The one constant holding a whole storage, and its shape, by storage address.
     bases: HashMap<usize, (Vec<usize>, NodeId)>,
+    /// Captures only: what the segment keeps besides its graph.
+    segment: Option<SegmentState>,
+}
+
+/// A capture segment's bookkeeping.
+#[derive(Default)]
+struct SegmentState {
+    /// Every traced value made in this segment, in order (weak: the dead ones are not outputs).
+    made: Vec<WeakTensor>,
+    /// The data bound to each graph input, in order.
+    inputs: Vec<HostTensor>,
+    /// The input node of each value computed by an earlier segment and used in this one, by
+    /// tensor identity (the stored handle keeps the identity from being reused).
+    carried: HashMap<usize, (Tensor, NodeId)>,
 }
 
 impl ActiveTrace {
+    fn new(id: u64, segment: Option<SegmentState>) -> ActiveTrace {
+        ActiveTrace { id, root: id, graph: Graph::new(), views: HashMap::new(), bases: HashMap::new(), segment }
+    }
+
     /// The node of `t` in this trace: its own node for a placeholder of this trace, a
-    /// constant (plus view ops) for concrete data; an error for another trace's placeholder.
+    /// constant (plus view ops) for concrete data, a graph input for a value an earlier segment
+    /// of this capture computed; an error for another trace's placeholder.
     fn node_of(&mut self, t: &Tensor, op: &str) -> Result<NodeId> {
         match t.repr() {
             Repr::Traced(v) if v.trace_id == self.id => Ok(v.node),
+            Repr::Traced(v) if self.segment.is_some() && v.value.get().is_some() => {
+                let seg = self.segment.as_mut().expect("checked");
+                if let Some((_, id)) = seg.carried.get(&t.ptr()) {
+                    return Ok(*id);
+                }
+                let data = v.value.get().expect("checked").clone();
+                let id = self.graph.input(&format!("x{}", seg.inputs.len()), TensorType::new(v.dtype, v.shape.as_slice()));
+                seg.inputs.push(data);
+                seg.carried.insert(t.ptr(), (t.clone(), id));
+                Ok(id)
+            }
             Repr::Traced(v) => Err(Error::Value(format!(
                 "{op}: an input ({}{:?}) is a placeholder of another or a finished trace (#{}), \
                  not of the active trace #{}",
@@ -195,8 +317,8 @@ impl StridedView {
     }
 }
 
-/// Pops the trace `0` from this thread's stack when dropped, so a panicking closure does not
-/// leave its trace active.
+/// Pops the trace whose root is `0` from this thread's stack when dropped, so a panicking
+/// closure does not leave its trace active.
 struct PopOnDrop(u64);
 
 impl PopOnDrop {
@@ -207,7 +329,7 @@ impl PopOnDrop {
         STACK.with(|s| {
             let mut stack = s.borrow_mut();
             match stack.last() {
-                Some(t) if t.id == id => Ok(stack.pop().expect("checked non-empty")),
+                Some(t) if t.root == id => Ok(stack.pop().expect("checked non-empty")),
                 _ => Err(Error::Graph(format!("trace #{id} is not the active trace when it ends"))),
             }
         })
@@ -218,7 +340,7 @@ impl Drop for PopOnDrop {
     fn drop(&mut self) {
         let _ = STACK.try_with(|s| {
             if let Ok(mut stack) = s.try_borrow_mut()
-                && let Some(pos) = stack.iter().rposition(|t| t.id == self.0)
+                && let Some(pos) = stack.iter().rposition(|t| t.root == self.0)
             {
                 stack.truncate(pos);
             }

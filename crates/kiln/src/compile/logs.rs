@@ -5,11 +5,12 @@
 use kiln_ir::{Error, Result};
 
 /// The topics and the tracing target each one enables.
-pub const TOPICS: [(&str, &str); 7] = [
+pub const TOPICS: [(&str, &str); 8] = [
     ("graph", "kiln::graph"),
     ("fusion", "kiln::fusion"),
     ("output_code", "kiln::output_code"),
     ("recompiles", "kiln::recompiles"),
+    ("graph_breaks", "kiln::graph_breaks"),
     ("cache", "kiln::cache"),
     ("autotune", "kiln::autotune"),
     ("memory", "kiln::memory"),

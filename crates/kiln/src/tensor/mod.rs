@@ -11,7 +11,7 @@ mod ops_reduce;
 use crate::Device;
 use kiln_ir::{DType, Element, Error, HostTensor, Layout, NodeId, Op, Result, with_dtype};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 /// A tensor. Cloning is cheap (a shared handle). In eager mode it holds host data, and view
 /// ops (permute, slice, expand, reshape of contiguous data) share that data; inside
@@ -33,11 +33,24 @@ pub(crate) enum Repr {
 }
 
 /// A value of a graph under construction: its node, its (fixed) type and which trace owns it.
+/// Under [`crate::capture`] the value may also be computed: a graph break runs the graph so far
+/// and stores each live traced value's data in `value`, which later segments read as inputs.
 pub(crate) struct TracedValue {
     pub node: NodeId,
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub trace_id: u64,
+    pub value: OnceLock<HostTensor>,
+}
+
+/// A weak handle to a tensor: captures find the traced values still alive at a graph break.
+pub(crate) struct WeakTensor(Weak<Inner>);
+
+impl WeakTensor {
+    /// The tensor, while some handle to it is alive.
+    pub(crate) fn upgrade(&self) -> Option<Tensor> {
+        self.0.upgrade().map(Tensor)
+    }
 }
 
 impl Tensor {
@@ -82,9 +95,37 @@ impl Tensor {
     /// A placeholder for the value of `node` in the trace `trace_id`.
     pub(crate) fn traced(node: NodeId, dtype: DType, shape: Vec<usize>, trace_id: u64) -> Tensor {
         Tensor(Arc::new(Inner {
-            repr: Repr::Traced(TracedValue { node, dtype, shape, trace_id }),
+            repr: Repr::Traced(TracedValue { node, dtype, shape, trace_id, value: OnceLock::new() }),
             device: Device::Cpu,
         }))
+    }
+
+    /// A weak handle to this tensor.
+    pub(crate) fn downgrade(&self) -> WeakTensor {
+        WeakTensor(Arc::downgrade(&self.0))
+    }
+
+    /// Identity of the handle (equal for clones of one tensor).
+    pub(crate) fn ptr(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// Stores the computed data of a traced value (a capture's graph break); false when the
+    /// tensor is not traced or already has its data.
+    pub(crate) fn set_value(&self, value: HostTensor) -> bool {
+        match &self.0.repr {
+            Repr::Traced(t) => t.value.set(value).is_ok(),
+            Repr::Host(_) => false,
+        }
+    }
+
+    /// The data: host data, or a traced value's data computed at a graph break; `None` for a
+    /// placeholder without data.
+    pub(crate) fn data(&self) -> Option<&HostTensor> {
+        match &self.0.repr {
+            Repr::Host(h) => Some(h),
+            Repr::Traced(t) => t.value.get(),
+        }
     }
 
     /// What the tensor is made of (for dispatch and tracing).
@@ -96,7 +137,7 @@ impl Tensor {
     pub(crate) fn host_ref(&self, op: &Op) -> Result<&HostTensor> {
         match &self.0.repr {
             Repr::Host(h) => Ok(h),
-            Repr::Traced(_) => Err(traced_error(&op.name())),
+            Repr::Traced(t) => t.value.get().ok_or_else(|| traced_error(&op.name())),
         }
     }
 
@@ -164,27 +205,53 @@ impl Tensor {
         }
     }
 
-    /// True for a placeholder inside [`crate::trace`] (no data).
+    /// True for a placeholder inside [`crate::trace`] without data (a value a capture has
+    /// computed at a graph break has data, and is not counted).
     pub fn is_traced(&self) -> bool {
-        matches!(self.0.repr, Repr::Traced(_))
+        matches!(&self.0.repr, Repr::Traced(t) if t.value.get().is_none())
     }
 
-    /// The host data (a cheap clone sharing storage); an error for a traced placeholder.
+    /// The host data (a cheap clone sharing storage). For a traced placeholder: inside a
+    /// [`crate::compile()`]d function this is a graph break (the graph so far runs and the value
+    /// is produced); inside a plain [`crate::trace`], an error.
+    #[track_caller]
     pub fn to_host(&self) -> Result<HostTensor> {
-        match &self.0.repr {
-            Repr::Host(h) => Ok(h.clone()),
-            Repr::Traced(_) => Err(traced_error("to_host")),
-        }
+        self.read("to_host")
     }
 
-    /// The elements in row-major order; errors when `T` is not the dtype or the tensor is traced.
+    /// The elements in row-major order; errors when `T` is not the dtype or the tensor is a
+    /// traced placeholder (in a compiled function: a graph break, see [`Tensor::to_host`]).
+    #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        self.to_host()?.to_vec()
+        self.read("to_vec")?.to_vec()
     }
 
     /// The elements converted to f64 in row-major order (any dtype; bool as 0/1).
+    #[track_caller]
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        Ok(self.to_host()?.to_f64_vec())
+        Ok(self.read("to_f64_vec")?.to_f64_vec())
+    }
+
+    /// The value of a one-element tensor as f64 (as PyTorch's `item`); errors for other sizes.
+    #[track_caller]
+    pub fn item(&self) -> Result<f64> {
+        if self.numel() != 1 {
+            return Err(Error::Shape(format!("item: needs a one-element tensor, got shape {:?}", self.shape())));
+        }
+        Ok(self.read("item")?.to_f64_vec()[0])
+    }
+
+    /// The data for a read by `what`: graph breaks inside captures go through
+    /// [`crate::capture`], which records `what` and the caller's location.
+    #[track_caller]
+    fn read(&self, what: &str) -> Result<HostTensor> {
+        match &self.0.repr {
+            Repr::Host(h) => Ok(h.clone()),
+            Repr::Traced(t) => match crate::capture::read_traced(self, what, std::panic::Location::caller()) {
+                Some(read) => read,
+                None => t.value.get().cloned().ok_or_else(|| traced_error(what)),
+            },
+        }
     }
 
     /// Normalizes a possibly negative axis against this tensor's rank; errors name `op`.
