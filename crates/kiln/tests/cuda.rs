@@ -102,10 +102,11 @@ fn out_of_memory_is_an_error_with_sizes_and_the_next_call_works() {
     // An absurd batch fails to compile with the same error; a sane one then compiles and runs.
     let dir = cache_dir("oom");
     let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Basic, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
-    let big = resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 1 << 22).unwrap();
+    // 2^26 images of 3x32x32: terabytes of activations, more than any GPU has.
+    let big = resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 1 << 26).unwrap();
     let g = zoo::trace_model(&big).unwrap();
-    let shapes = vec![vec![1 << 22, 3, 32, 32]];
-    let err = compile(&g, &shapes, &on_gpu(Mode::Default, &dir)).err().expect("a 4M-image batch must not fit");
+    let shapes = vec![vec![1 << 26, 3, 32, 32]];
+    let err = compile(&g, &shapes, &on_gpu(Mode::Default, &dir)).err().expect("a 64M-image batch must not fit");
     assert!(err.to_string().contains("out of GPU memory"), "{err}");
     let small = resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 2).unwrap();
     let g = zoo::trace_model(&small).unwrap();

@@ -66,8 +66,10 @@ impl ConvPlan {
     pub fn new(gpu: &Gpu, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize]) -> Result<Option<ConvPlan>> {
         let [top, left, bottom, right] = attrs.padding;
         let (x, w) = (&inputs[0], &inputs[1]);
-        let fits = |v: &[usize]| v.iter().all(|&d| d < i32::MAX as usize);
-        if top != bottom || left != right || w.strides != dense_strides(&w.shape) || !fits(&x.shape) || !fits(&x.strides) || out_shape.iter().product::<usize>() >= i32::MAX as usize {
+        // cuDNN's legacy API indexes with 32-bit ints.
+        let small = |shape: &[usize]| shape.iter().product::<usize>() < i32::MAX as usize;
+        let reach = x.shape.iter().zip(&x.strides).map(|(&d, &s)| d.saturating_sub(1) * s).sum::<usize>();
+        if top != bottom || left != right || w.strides != dense_strides(&w.shape) || !small(&x.shape) || reach >= i32::MAX as usize || !small(out_shape) {
             return Ok(None);
         }
         let handle = gpu.cudnn()?.0;

@@ -5,7 +5,7 @@
 
 use crate::device::Gpu;
 use kiln_ir::{HostTensor, Layout, Op, Result, Storage};
-use kiln_sched::{BufView, Program};
+use kiln_sched::{BufKind, BufView, Program};
 use std::sync::Arc;
 
 /// Evaluates `op` on `inputs` (views of the buffers at `ptrs`) and writes the dense result to
@@ -14,8 +14,11 @@ pub(crate) fn eval_on_host(gpu: &Gpu, p: &Program, ptrs: &[u64], op: &Op, inputs
     let mut tensors = Vec::with_capacity(inputs.len());
     for v in inputs {
         let b = p.buffer(v.buf);
-        let bytes = gpu.read(ptrs[v.buf.index()], b.bytes())?;
-        let storage = Arc::new(Storage::from_le_bytes(b.dtype, &bytes)?);
+        // Constants have their host copy in the program: only computed values come back.
+        let storage = match b.kind {
+            BufKind::Const(id) if p.consts.get(id.0 as usize).is_some_and(|c| c.is_dense()) => p.consts[id.0 as usize].storage.clone(),
+            _ => Arc::new(Storage::from_le_bytes(b.dtype, &gpu.read(ptrs[v.buf.index()], b.bytes())?)?),
+        };
         let layout = Layout { shape: v.shape.clone(), strides: v.strides.iter().map(|&s| s as isize).collect(), offset: v.offset };
         tensors.push(HostTensor { storage, layout });
     }

@@ -141,7 +141,8 @@ mod tests {
         assert_eq!(operand(3, 4, 1, 3), Some(Operand { col_major: true, ld: 3 }));
         assert_eq!(operand(3, 4, 8, 1), Some(Operand { col_major: false, ld: 8 }));
         assert_eq!(operand(1, 4, 0, 1), Some(Operand { col_major: false, ld: 4 }));
-        assert_eq!(operand(3, 1, 1, 0), Some(Operand { col_major: false, ld: 3 }));
+        assert_eq!(operand(3, 1, 1, 0), Some(Operand { col_major: false, ld: 1 }));
+        assert_eq!(operand(3, 1, 5, 0), Some(Operand { col_major: false, ld: 5 }));
         assert_eq!(operand(3, 4, 8, 2), None);
         assert_eq!(operand(3, 4, 2, 1), None, "rows overlap: ld below cols");
     }
