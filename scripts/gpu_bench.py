@@ -104,7 +104,7 @@ def main():
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--torch-modes", default="torch-eager,torch-compile,torch-expert")
-    ap.add_argument("--kiln-modes", default="eager,default")
+    ap.add_argument("--kiln-modes", default="eager,default,reduce-overhead")
     ap.add_argument("--cases", default="all", help="comma list of model:batch, or all")
     a = ap.parse_args()
     cases = CASES if a.cases == "all" else [c for c in CASES if f"{c[0]}:{c[1]}" in a.cases.split(",")]

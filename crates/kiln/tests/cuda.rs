@@ -184,3 +184,55 @@ fn without_a_gpu_compiling_for_cuda_names_what_is_missing() {
     let msg = err.to_string();
     assert!(msg.contains("libcuda not found: install the NVIDIA driver") || msg.contains("CUDA device"), "{msg}");
 }
+
+#[test]
+fn reduce_overhead_replays_a_cuda_graph_equal_to_plain_launches() {
+    if !gpu_or_skip("reduce_overhead_replays_a_cuda_graph_equal_to_plain_launches") {
+        return;
+    }
+    let dir = cache_dir("graphs");
+    let bert = bert::Bert::new(VarBuilder::random(1, DType::F32), &bert::BertConfig::tiny(), 2, 7).unwrap();
+    let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Basic, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
+    let rn = resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 2).unwrap();
+    for m in [&rn as &dyn Model, &bert] {
+        let g = zoo::trace_model(m).unwrap();
+        let plain = compile(&g, &shapes(&m_inputs(m, 3)), &on_gpu(Mode::Default, &dir)).unwrap();
+        let replay = compile(&g, &shapes(&m_inputs(m, 3)), &on_gpu(Mode::ReduceOverhead, &dir)).unwrap();
+        // New input values each call: the graph must read the static buffers they are copied into.
+        for seed in [3, 4, 5] {
+            let xs = m_inputs(m, seed);
+            let want = plain.run(&xs).unwrap();
+            let got = replay.run(&xs).unwrap();
+            compare(&got, &want, 0.0, 0.0).unwrap_or_else(|e| panic!("{} seed {seed}: {e}", m.name()));
+            compare(&got, &kiln_cpu::run(&g, &xs).unwrap(), 1e-4, 1e-5).unwrap();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn m_inputs(m: &dyn Model, seed: u64) -> Vec<HostTensor> {
+    m.example_inputs(seed).unwrap().iter().map(|t| t.to_host().unwrap()).collect()
+}
+
+#[test]
+fn a_gather_index_out_of_range_is_an_error_and_the_next_run_works() {
+    if !gpu_or_skip("a_gather_index_out_of_range_is_an_error_and_the_next_run_works") {
+        return;
+    }
+    let dir = cache_dir("gather");
+    let mut g = kiln_ir::Graph::new();
+    let table = g.input("table", kiln_ir::TensorType::new(DType::F32, kiln_ir::Shape::fixed(&[5, 3])));
+    let ids = g.input("ids", kiln_ir::TensorType::new(DType::I64, kiln_ir::Shape::fixed(&[2, 2])));
+    let out = g.add(kiln_ir::Op::Gather { axis: 0 }, &[table, ids]).unwrap();
+    g.output(out);
+    let t = HostTensor::from_vec((0..15).map(|i| i as f32).collect(), &[5, 3]).unwrap();
+    let ok = HostTensor::from_vec(vec![4i64, -1, 0, 2], &[2, 2]).unwrap();
+    let bad = HostTensor::from_vec(vec![4i64, 5, 0, 2], &[2, 2]).unwrap();
+    let c = compile(&g, &[vec![5, 3], vec![2, 2]], &on_gpu(Mode::Default, &dir)).unwrap();
+    let want = kiln_cpu::run(&g, &[t.clone(), ok.clone()]).unwrap();
+    compare(&c.run(&[t.clone(), ok.clone()]).unwrap(), &want, 0.0, 0.0).unwrap();
+    let err = c.run(&[t.clone(), bad]).err().expect("index 5 of 5 rows must fail");
+    assert!(err.to_string().contains("out of range"), "{err}");
+    compare(&c.run(&[t, ok]).unwrap(), &want, 0.0, 0.0).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

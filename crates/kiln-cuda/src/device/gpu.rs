@@ -8,6 +8,9 @@ use kiln_ir::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+/// Bytes of cuBLAS workspace (what PyTorch gives cuBLAS on Hopper).
+const CUBLAS_WORKSPACE: usize = 32 << 20;
+
 /// A driver error as a kiln error saying what was being done.
 pub fn driver_error(what: &str, e: DriverError) -> Error {
     Error::Device(format!("{what}: {e}"))
@@ -126,6 +129,12 @@ impl Gpu {
                     cudarc::cublas::sys::cublasSetMathMode(h, cudarc::cublas::sys::cublasMath_t::CUBLAS_DEFAULT_MATH)
                         .result()
                         .map_err(|e| format!("cublasSetMathMode: {e:?}"))?;
+                    // A workspace of kiln's own, so cuBLAS never allocates inside a CUDA graph
+                    // capture (reduce-overhead); it lives as long as the process's handle.
+                    let ws = cudarc::driver::result::malloc_sync(CUBLAS_WORKSPACE).map_err(|e| format!("cuBLAS workspace: {e}"))?;
+                    cudarc::cublas::sys::cublasSetWorkspace_v2(h, ws as *mut std::ffi::c_void, CUBLAS_WORKSPACE)
+                        .result()
+                        .map_err(|e| format!("cublasSetWorkspace: {e:?}"))?;
                 }
                 Ok(CublasHandle(h))
             })

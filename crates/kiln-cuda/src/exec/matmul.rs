@@ -3,7 +3,8 @@
 //! `Cᵀ = Bᵀ Aᵀ`; each operand is passed as it is stored (row- or column-major through its
 //! strides), so transposed views need no copy.
 
-use crate::device::Gpu;
+use crate::device::{DeviceBuffer, Gpu};
+use std::sync::Arc;
 use cudarc::cublas::{result, sys};
 use kiln_ir::{Error, Result};
 use kiln_sched::BufView;
@@ -57,6 +58,9 @@ pub(crate) struct MatmulPlan {
     b: Operand,
     a_offs: Vec<usize>,
     b_offs: Vec<usize>,
+    /// Batches whose offsets are not one stride apart: the device arrays of A, B and C
+    /// pointers `cublasSgemmBatched` reads (set by [`MatmulPlan::bind`]).
+    pointers: Option<DeviceBuffer>,
 }
 
 impl MatmulPlan {
@@ -80,7 +84,26 @@ impl MatmulPlan {
         if big || ao.ld >= i32::MAX as usize || bo.ld >= i32::MAX as usize {
             return Ok(None);
         }
-        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs: batch_offsets(a, batch), b_offs: batch_offsets(b, batch) }))
+        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs: batch_offsets(a, batch), b_offs: batch_offsets(b, batch), pointers: None }))
+    }
+
+    /// Fixes the buffers' addresses: a batch without one stride per operand gets its pointer
+    /// arrays uploaded once, so each run is one batched call rather than a call per entry.
+    pub fn bind(&mut self, gpu: &Arc<Gpu>, a: u64, b: u64, c: u64) -> Result<()> {
+        let uniform_batches = uniform(&self.a_offs).is_some() && uniform(&self.b_offs).is_some();
+        if uniform_batches || self.a_offs.len() <= 1 {
+            return Ok(());
+        }
+        let n = self.a_offs.len();
+        let mut ptrs: Vec<u64> = Vec::with_capacity(3 * n);
+        ptrs.extend(self.a_offs.iter().map(|&o| a + 4 * o as u64));
+        ptrs.extend(self.b_offs.iter().map(|&o| b + 4 * o as u64));
+        ptrs.extend((0..n).map(|i| c + 4 * (i * self.m * self.n) as u64));
+        let bytes: Vec<u8> = ptrs.iter().flat_map(|p| p.to_le_bytes()).collect();
+        let buf = gpu.alloc(bytes.len())?;
+        gpu.write(buf.ptr(), &bytes)?;
+        self.pointers = Some(buf);
+        Ok(())
     }
 
     /// Runs the matmul on kiln's stream: `a`, `b` are the operands' buffer addresses (the
@@ -111,6 +134,21 @@ impl MatmulPlan {
                 )
                 .map_err(err)
             },
+            _ if self.pointers.is_some() && batches <= i32::MAX as usize => {
+                let p = self.pointers.as_ref().map_or(0, DeviceBuffer::ptr);
+                let arr = |i: usize| (p + (8 * i * batches) as u64) as *const *const f32;
+                // SAFETY: the arrays hold `batches` pointers each into this plan's buffers.
+                unsafe {
+                    sys::cublasSgemmBatched(
+                        h, op(self.b), op(self.a), n, m, k, &one,
+                        arr(1), self.b.ld as i32,
+                        arr(0), self.a.ld as i32,
+                        &zero, arr(2) as *const *mut f32, n, batches as i32,
+                    )
+                    .result()
+                    .map_err(err)
+                }
+            }
             _ => {
                 for i in 0..batches {
                     // SAFETY: per this function's contract.

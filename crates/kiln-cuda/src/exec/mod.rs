@@ -4,6 +4,8 @@
 //! the inputs up, issues every step on kiln's stream and copies the outputs back.
 
 mod conv;
+mod gather;
+mod graph;
 mod host;
 mod matmul;
 
@@ -11,6 +13,8 @@ use crate::codegen::{CudaSource, Launch, NVRTC_OPTIONS, render_cuda};
 use crate::device::{DeviceBuffer, Gpu, driver_error};
 use crate::module::Module;
 use conv::ConvPlan;
+use gather::GatherCall;
+use graph::GraphReplay;
 use cudarc::driver::{result, sys};
 use kiln_ir::{Error, HostTensor, Op, Result};
 use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, Program, StepKind};
@@ -33,6 +37,7 @@ enum GpuStep {
     Kernel(KernelCall),
     Matmul { plan: MatmulPlan, a: u64, b: u64, c: u64, epilogue: Option<KernelCall> },
     Conv { plan: ConvPlan, x: u64, w: u64, bias: Option<u64>, y: u64, epilogue: Option<KernelCall> },
+    Gather(GatherCall),
     Host { op: Op, inputs: Vec<BufView>, out: u64, epilogue: Option<KernelCall> },
 }
 
@@ -50,6 +55,10 @@ pub struct Executable {
     workspace: Option<DeviceBuffer>,
     source: CudaSource,
     cache: Option<CacheOutcome>,
+    /// Set by a gather that met an out-of-range index (4 bytes, zeroed before each run).
+    error_flag: DeviceBuffer,
+    /// reduce-overhead: the steps captured once as a CUDA graph and replayed.
+    replay: Option<GraphReplay>,
     /// Runs share the staging buffers and arena: one at a time.
     lock: Mutex<()>,
 }
@@ -131,7 +140,11 @@ impl Executable {
                     };
                     match op {
                         ExternOp::MatMul => match MatmulPlan::new(inputs, out_shape)? {
-                            Some(plan) => GpuStep::Matmul { plan, a: ptrs[inputs[0].buf.index()], b: ptrs[inputs[1].buf.index()], c: y, epilogue: epilogue(e)? },
+                            Some(mut plan) => {
+                                let (a, b) = (ptrs[inputs[0].buf.index()], ptrs[inputs[1].buf.index()]);
+                                plan.bind(gpu, a, b, y)?;
+                                GpuStep::Matmul { plan, a, b, c: y, epilogue: epilogue(e)? }
+                            }
                             None => host(Op::MatMul)?,
                         },
                         ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape)? {
@@ -144,10 +157,23 @@ impl Executable {
                         },
                     }
                 }
-                StepKind::Eval { op, inputs, out, .. } => GpuStep::Host { op: op.clone(), inputs: inputs.clone(), out: ptrs[out.index()], epilogue: None },
+                StepKind::Eval { op, inputs, out, .. } => {
+                    let host = || GpuStep::Host { op: op.clone(), inputs: inputs.clone(), out: ptrs[out.index()], epilogue: None };
+                    match op {
+                        Op::Gather { axis } => match GatherCall::new(gpu, cache, &program, &ptrs, *axis, inputs, ptrs[out.index()])? {
+                            Some(g) => GpuStep::Gather(g),
+                            None => host(),
+                        },
+                        _ => {
+                            tracing::info!(target: "kiln::cuda", "{} runs on the host (no GPU kernel for it yet)", op.name());
+                            host()
+                        }
+                    }
+                }
             });
         }
         let workspace = if workspace > 0 { Some(gpu.alloc(workspace)?) } else { None };
+        let error_flag = gpu.alloc(4)?;
         Ok(Executable {
             gpu: gpu.clone(),
             program,
@@ -160,6 +186,8 @@ impl Executable {
             workspace,
             source,
             cache: cache_outcome,
+            error_flag,
+            replay: None,
             lock: Mutex::new(()),
         })
     }
@@ -184,16 +212,38 @@ impl Executable {
         &self.gpu
     }
 
+    /// reduce-overhead: from the next run on, the steps are captured once as a CUDA graph and
+    /// replayed (inputs are copied into the same static buffers before each replay). A program
+    /// with host steps cannot be captured; it keeps launching step by step (logged once).
+    pub fn replay_as_graph(&mut self) {
+        if self.host_steps() > 0 {
+            tracing::warn!(target: "kiln::cuda", "reduce-overhead: {} host step(s) cannot be captured in a CUDA graph; launching step by step", self.host_steps());
+            return;
+        }
+        self.replay = Some(GraphReplay::default());
+    }
+
+    /// Whether runs replay a captured CUDA graph.
+    pub fn replays_graph(&self) -> bool {
+        self.replay.is_some()
+    }
+
     /// Runs on `inputs` (in the program's input order) and returns the outputs.
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.stage_inputs(inputs)?;
+        self.gpu.write(self.error_flag.ptr(), &[0; 4])?;
         self.issue()?;
-        self.program
+        let outs = self
+            .program
             .outputs
             .iter()
             .map(|(id, shape)| self.gpu.download(self.ptrs[id.index()], self.program.buffer(*id).dtype, shape))
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        if self.gpu.read(self.error_flag.ptr(), 4)? != [0; 4] {
+            return Err(Error::Value("gather: an index is out of range of the axis it indexes".into()));
+        }
+        Ok(outs)
     }
 
     /// Device times of `iters` runs after `warmup` (inputs copied up once, outputs left on
@@ -242,9 +292,17 @@ impl Executable {
         Ok(())
     }
 
-    /// Issues every step on kiln's stream.
+    /// Issues every step on kiln's stream: the captured graph under reduce-overhead.
     fn issue(&self) -> Result<()> {
         self.gpu.bind()?;
+        match &self.replay {
+            Some(r) => r.launch(&self.gpu, || self.issue_steps()),
+            None => self.issue_steps(),
+        }
+    }
+
+    /// Issues the steps one by one.
+    fn issue_steps(&self) -> Result<()> {
         for step in &self.steps {
             match step {
                 GpuStep::Kernel(k) => self.launch(k)?,
@@ -259,6 +317,7 @@ impl Executable {
                     unsafe { plan.run(&self.gpu, *x, *w, *bias, *y, ws)? };
                     self.launch_opt(epilogue)?;
                 }
+                GpuStep::Gather(g) => g.launch(&self.gpu, self.error_flag.ptr())?,
                 GpuStep::Host { op, inputs, out, epilogue } => {
                     host::eval_on_host(&self.gpu, &self.program, &self.ptrs, op, inputs, *out)?;
                     self.launch_opt(epilogue)?;

@@ -208,7 +208,10 @@ fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOption
             DiskCache::temp()?
         }
     };
-    let exe = kiln_cuda::Executable::new(program, &gpu, &cache)?;
+    let mut exe = kiln_cuda::Executable::new(program, &gpu, &cache)?;
+    if opts.mode == Mode::ReduceOverhead {
+        exe.replay_as_graph();
+    }
     times.build = t.elapsed();
     if exe.host_steps() > 0 {
         tracing::warn!(target: "kiln::cuda", "{} step(s) run on the host (no GPU path yet); see KILN_LOG=kiln::cuda=info", exe.host_steps());
