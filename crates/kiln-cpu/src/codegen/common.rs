@@ -83,7 +83,10 @@ pub fn defined_before(k: &Kernel, s: usize, locals: &[Option<DType>]) -> Vec<boo
 
 /// Loops as a comment lists them: `i0 < 4, i1 < 5`.
 pub fn loop_list(loops: &[Loop]) -> String {
-    let names: Vec<String> = loops.iter().map(|l| format!("i{} < {}", l.var, l.extent)).collect();
+    let names: Vec<String> = loops
+        .iter()
+        .map(|l| format!("i{} < {}", l.var, l.extent))
+        .collect();
     names.join(", ")
 }
 
