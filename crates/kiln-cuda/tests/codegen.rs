@@ -208,7 +208,16 @@ fn pointwise_graph(dt: DType) -> Graph {
     }
 }
 
-const POINTWISE_DTYPES: [DType; 8] = [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8, DType::I8];
+const POINTWISE_DTYPES: [DType; 8] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::I8,
+];
 
 #[test]
 fn pointwise_chains_over_every_dtype_compile() {
@@ -625,37 +634,70 @@ fn inputs_for(g: &Graph) -> Vec<HostTensor> {
             let mut s = (n as u64 + 1).wrapping_mul(0x9e3779b97f4a7c15);
             let vals: Vec<f64> = (0..len)
                 .map(|_| {
-                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    s = s
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     (s >> 40) as f64 / (1u64 << 24) as f64
                 })
                 .collect();
-            let f = HostTensor::from_vec(vals.iter().map(|v| v * 4.0 - 2.0).collect::<Vec<f64>>(), &shape).unwrap();
-            let i = HostTensor::from_vec(vals.iter().map(|v| (v * 16.0).floor() - 8.0).collect::<Vec<f64>>(), &shape)
-                .unwrap();
+            let f = HostTensor::from_vec(
+                vals.iter().map(|v| v * 4.0 - 2.0).collect::<Vec<f64>>(),
+                &shape,
+            )
+            .unwrap();
+            let i = HostTensor::from_vec(
+                vals.iter()
+                    .map(|v| (v * 16.0).floor() - 8.0)
+                    .collect::<Vec<f64>>(),
+                &shape,
+            )
+            .unwrap();
             let t = match ty.dtype {
                 DType::F32 | DType::F64 | DType::F16 | DType::BF16 => f,
                 DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
-                    let u = HostTensor::from_vec(vals.iter().map(|v| (v * 16.0).floor()).collect::<Vec<f64>>(), &shape);
+                    let u = HostTensor::from_vec(
+                        vals.iter()
+                            .map(|v| (v * 16.0).floor())
+                            .collect::<Vec<f64>>(),
+                        &shape,
+                    );
                     u.unwrap()
                 }
-                DType::Bool => HostTensor::from_vec((0..len).map(|k| k % 3 == 1).collect::<Vec<bool>>(), &shape).unwrap(),
+                DType::Bool => HostTensor::from_vec(
+                    (0..len).map(|k| k % 3 == 1).collect::<Vec<bool>>(),
+                    &shape,
+                )
+                .unwrap(),
                 _ => i,
             };
-            kiln_cpu::eval(&Op::Cast(ty.dtype), &[&t]).unwrap().contiguous()
+            kiln_cpu::eval(&Op::Cast(ty.dtype), &[&t])
+                .unwrap()
+                .contiguous()
         })
         .collect()
 }
 
 /// Runs a program of kernel steps on the GPU, each launch split in two ranges of its first
 /// outer loop; None when it has other steps.
-fn run_on_gpu(stream: &Arc<cudarc::driver::CudaStream>, p: &Program, src: &CudaSource, inputs: &[HostTensor]) -> Option<Vec<HostTensor>> {
+fn run_on_gpu(
+    stream: &Arc<cudarc::driver::CudaStream>,
+    p: &Program,
+    src: &CudaSource,
+    inputs: &[HostTensor],
+) -> Option<Vec<HostTensor>> {
     use cudarc::driver::{LaunchConfig, PushKernelArg};
     use kiln_sched::{BufKind, StepKind};
-    if p.steps.iter().any(|s| !matches!(s.kind, StepKind::Kernel { .. })) {
+    if p.steps
+        .iter()
+        .any(|s| !matches!(s.kind, StepKind::Kernel { .. }))
+    {
         return None;
     }
     let (ptx, _) = nvrtc_compile(&src.source).unwrap();
-    let module = stream.context().load_module(cudarc::nvrtc::Ptx::from_src(ptx)).unwrap();
+    let module = stream
+        .context()
+        .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+        .unwrap();
     let bytes = |t: &HostTensor| t.contiguous().storage.as_bytes().into_owned();
     let bufs: Vec<_> = p
         .buffers
@@ -671,7 +713,9 @@ fn run_on_gpu(stream: &Arc<cudarc::driver::CudaStream>, p: &Program, src: &CudaS
         })
         .collect();
     for (step, info) in p.steps.iter().zip(&src.kernels) {
-        let StepKind::Kernel { kernel, args } = &step.kind else { unreachable!() };
+        let StepKind::Kernel { kernel, args } = &step.kind else {
+            unreachable!()
+        };
         let f = module.load_function(&info.name).unwrap();
         let rows = kernel.outer.first().map_or(1, |l| l.extent);
         let mid = rows / 2;
@@ -686,19 +730,25 @@ fn run_on_gpu(stream: &Arc<cudarc::driver::CudaStream>, p: &Program, src: &CudaS
                 launch.arg(&bufs[a.index()]);
             }
             launch.arg(&b).arg(&e);
-            let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 };
+            let cfg = LaunchConfig {
+                grid_dim: (grid, 1, 1),
+                block_dim: (block, 1, 1),
+                shared_mem_bytes: 0,
+            };
             // SAFETY: the arguments match the kernel's signature: one pointer per argument,
             // each buffer as large as the argument's length, then begin and end.
             unsafe { launch.launch(cfg) }.unwrap();
         }
     }
+    stream.synchronize().unwrap();
     Some(
         p.outputs
             .iter()
             .map(|(b, shape)| {
                 let buf = p.buffer(*b);
                 let data = stream.clone_dtoh(&bufs[b.index()]).unwrap();
-                let storage = kiln_ir::Storage::from_le_bytes(buf.dtype, &data[..buf.bytes()]).unwrap();
+                let storage =
+                    kiln_ir::Storage::from_le_bytes(buf.dtype, &data[..buf.bytes()]).unwrap();
                 HostTensor::new(storage, shape).unwrap()
             })
             .collect(),
@@ -715,7 +765,10 @@ fn gpu_results_match_the_interpreter() {
         return;
     }
     let Some(stream) = gpu() else { return };
-    let mut graphs: Vec<(String, Graph)> = POINTWISE_DTYPES.iter().map(|dt| (format!("pointwise {dt}"), pointwise_graph(*dt))).collect();
+    let mut graphs: Vec<(String, Graph)> = POINTWISE_DTYPES
+        .iter()
+        .map(|dt| (format!("pointwise {dt}"), pointwise_graph(*dt)))
+        .collect();
     graphs.push(("casts".into(), casts_graph()));
     graphs.push(("softmax".into(), softmax_graph()));
     graphs.push(("reductions".into(), reductions_graph()));
@@ -725,7 +778,14 @@ fn gpu_results_match_the_interpreter() {
         let g = decompose(g).unwrap();
         let inputs = inputs_for(&g);
         let want = kiln_cpu::run(&g, &inputs).unwrap();
-        let (p, _) = schedule(&g, &ScheduleOptions { fuse: true, externs: false }).unwrap();
+        let (p, _) = schedule(
+            &g,
+            &ScheduleOptions {
+                fuse: true,
+                externs: false,
+            },
+        )
+        .unwrap();
         let src = render_cuda(&p).unwrap();
         let Some(got) = run_on_gpu(&stream, &p, &src, &inputs) else {
             eprintln!("{what}: not only kernels, not run on the GPU");
@@ -741,7 +801,11 @@ fn gpu_results_match_the_interpreter() {
             };
             let (wv, gv) = (w.to_f64_vec(), g.to_f64_vec());
             for (i, (a, b)) in wv.iter().zip(&gv).enumerate() {
-                assert!(close(*a, *b, tol), "{what}: output {o} ({}) element {i}: interpreter {a}, GPU {b}", w.dtype());
+                assert!(
+                    close(*a, *b, tol),
+                    "{what}: output {o} ({}) element {i}: interpreter {a}, GPU {b}",
+                    w.dtype()
+                );
             }
         }
     }

@@ -24,6 +24,26 @@ pub fn check_identifier(name: &str) -> Result<()> {
     }
 }
 
+/// Each of `kernels`, in order, with `render` applied; an error when two share a name (they
+/// become functions of one translation unit).
+pub fn render_each<'a, T>(
+    kernels: impl IntoIterator<Item = &'a Kernel>,
+    mut render: impl FnMut(&'a Kernel) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut names = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for k in kernels {
+        if !names.insert(k.name.as_str()) {
+            return Err(Error::Unsupported(format!(
+                "codegen: two kernels are named {}",
+                k.name
+            )));
+        }
+        out.push(render(k)?);
+    }
+    Ok(out)
+}
+
 /// The argument's pointer name: `out{i}` when the kernel writes it, `in{i}` (const) otherwise.
 pub fn arg_name(k: &Kernel, i: u32) -> (String, &'static str) {
     match k.args.get(i as usize) {
@@ -83,7 +103,10 @@ pub fn defined_before(k: &Kernel, s: usize, locals: &[Option<DType>]) -> Vec<boo
 
 /// Loops as a comment lists them: `i0 < 4, i1 < 5`.
 pub fn loop_list(loops: &[Loop]) -> String {
-    let names: Vec<String> = loops.iter().map(|l| format!("i{} < {}", l.var, l.extent)).collect();
+    let names: Vec<String> = loops
+        .iter()
+        .map(|l| format!("i{} < {}", l.var, l.extent))
+        .collect();
     names.join(", ")
 }
 
@@ -103,7 +126,7 @@ pub fn stage_value(s: &Stage) -> ExprId {
 
 /// The argument store stage `s` writes, checked: it exists, is marked written, and has the
 /// stored value's dtype.
-pub fn store_target<'k>(k: &'k Kernel, s: usize, arg: u32, value: ExprId) -> Result<&'k Arg> {
+pub fn store_target(k: &Kernel, s: usize, arg: u32, value: ExprId) -> Result<&Arg> {
     let a = k.args.get(arg as usize).ok_or_else(|| {
         Error::Unsupported(format!(
             "C codegen, kernel {}: stage {s} stores to missing argument {arg}",

@@ -15,10 +15,9 @@ pub mod expr;
 
 pub use c::{PAR_MIN_WORK, render_kernel, work_per_row};
 
-use kiln_ir::{Error, Result};
+use kiln_ir::Result;
 use kiln_sched::Program;
 use kiln_sched::kernel::Kernel;
-use std::collections::HashSet;
 
 /// The C helpers every translation unit starts with (`KC_FN` functions: `static inline` in C,
 /// `static __device__ __forceinline__` when compiled as CUDA, which kiln-cuda's prelude is).
@@ -32,16 +31,9 @@ pub fn render_c(program: &Program) -> Result<String> {
 /// The prelude and the given kernels as one C translation unit (their names must differ).
 pub fn render_kernels<'a>(kernels: impl IntoIterator<Item = &'a Kernel>) -> Result<String> {
     let mut out = String::from(PRELUDE);
-    let mut names = HashSet::new();
-    for k in kernels {
-        if !names.insert(k.name.as_str()) {
-            return Err(Error::Unsupported(format!(
-                "C codegen: two kernels are named {}",
-                k.name
-            )));
-        }
+    for text in common::render_each(kernels, render_kernel)? {
         out.push('\n');
-        out.push_str(&render_kernel(k)?);
+        out.push_str(&text);
     }
     Ok(out)
 }

@@ -48,13 +48,20 @@ fn points(loops: &[Loop]) -> u128 {
 /// to spread over the GPU): its threads then split the nest, with coalesced accesses along
 /// the innermost loop; else [`Launch::PerThread`] (pointwise kernels, short reductions).
 fn choose_launch(k: &Kernel) -> Launch {
-    let longest = k.stages.iter().map(|s| points(stage_loops(s))).max().unwrap_or(1);
+    let longest = k
+        .stages
+        .iter()
+        .map(|s| points(stage_loops(s)))
+        .max()
+        .unwrap_or(1);
     let outer = points(&k.outer);
     if longest >= 512 || (longest >= 32 && outer < 4096) {
         let block = (longest.next_power_of_two() / 2).clamp(32, 512) as u32;
         Launch::PerBlock { block }
     } else {
-        Launch::PerThread { block: THREAD_BLOCK }
+        Launch::PerThread {
+            block: THREAD_BLOCK,
+        }
     }
 }
 
@@ -418,4 +425,87 @@ fn block_combine(w: &mut Writer, acc: &Accumulator, var: &str) {
     w.line(&format!("{var} = kc_red[0];"));
     w.line("__syncthreads(); /* kc_smem is free for the next reduction */");
     w.close();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(outer: &[usize], reduce: &[usize]) -> Kernel {
+        let mut k = Kernel::new("k");
+        k.outer = outer
+            .iter()
+            .enumerate()
+            .map(|(v, &extent)| Loop {
+                var: v as u32,
+                extent,
+            })
+            .collect();
+        let loops: Vec<Loop> = reduce
+            .iter()
+            .enumerate()
+            .map(|(v, &extent)| Loop {
+                var: (outer.len() + v) as u32,
+                extent,
+            })
+            .collect();
+        let c = k.push(
+            Expr::Const(kiln_sched::kernel::Literal::Float(1.0)),
+            DType::F32,
+        );
+        if !loops.is_empty() {
+            k.stages.push(Stage::Reduce {
+                loops,
+                op: kiln_ir::ReduceOp::Sum,
+                value: c,
+                local: 0,
+                dtype: DType::F32,
+            });
+        }
+        k
+    }
+
+    #[test]
+    fn launch_follows_the_longest_stage_nest() {
+        assert!(matches!(
+            choose_launch(&kernel(&[1 << 20], &[])),
+            Launch::PerThread { block: 256 }
+        ));
+        assert!(matches!(
+            choose_launch(&kernel(&[1 << 20], &[8])),
+            Launch::PerThread { .. }
+        ));
+        assert_eq!(
+            choose_launch(&kernel(&[1 << 20], &[1000])),
+            Launch::PerBlock { block: 512 }
+        );
+        assert_eq!(
+            choose_launch(&kernel(&[16], &[64])),
+            Launch::PerBlock { block: 32 }
+        );
+        assert_eq!(
+            choose_launch(&kernel(&[], &[56, 56])),
+            Launch::PerBlock { block: 512 }
+        );
+        assert!(matches!(
+            choose_launch(&kernel(&[8], &[0])),
+            Launch::PerThread { .. }
+        ));
+    }
+
+    #[test]
+    fn index_bounds_include_partial_sums_and_products() {
+        let ext: HashMap<u32, u128> = [(0, 1000), (1, 1 << 20)].into_iter().collect();
+        let fits = |i: &Idx| magnitude(i, &ext).is_some();
+        assert!(fits(&Idx::var(0).mul(1 << 20).add(Idx::var(1))));
+        assert!(!fits(&Idx::var(0).mul(1 << 22)));
+        // The quotient fits, the product before it does not.
+        assert!(!fits(&Idx::Div(
+            Box::new(Idx::var(1).mul(1 << 12)),
+            1 << 10
+        )));
+        assert!(fits(&Idx::Mod(Box::new(Idx::var(1).mul(1 << 10)), 7)));
+        assert!(!fits(&Idx::var(5)), "a variable no loop binds");
+        assert!(!fits(&Idx::Const(-(1i64 << 40))));
+    }
 }

@@ -22,10 +22,10 @@ mod kernel;
 
 pub use kernel::render_kernel;
 
-use kiln_ir::{Error, Result};
+use kiln_cpu::codegen::common::render_each;
+use kiln_ir::Result;
 use kiln_sched::Program;
 use kiln_sched::kernel::Kernel;
-use std::collections::HashSet;
 
 /// The options every generated source is compiled with by NVRTC: H200 (sm_90); `--fmad=false`
 /// so `a * b + c` rounds twice, as the CPU reference does; IEEE division and square root (the
@@ -126,16 +126,8 @@ pub fn render_cuda_kernels<'a>(
 ) -> Result<CudaSource> {
     let mut source = String::from(kiln_cpu::codegen::PRELUDE);
     source.push_str(CUDA_HELPERS);
-    let mut names = HashSet::new();
     let mut infos = Vec::new();
-    for k in kernels {
-        if !names.insert(k.name.as_str()) {
-            return Err(Error::Unsupported(format!(
-                "CUDA codegen: two kernels are named {}",
-                k.name
-            )));
-        }
-        let (text, info) = render_kernel(k)?;
+    for (text, info) in render_each(kernels, render_kernel)? {
         source.push('\n');
         source.push_str(&text);
         infos.push(info);
