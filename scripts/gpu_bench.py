@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Side-by-side GPU benchmark: kiln (eager, default) and PyTorch (eager, torch.compile default,
-and the expert setup: channels_last + freezing for CNNs) on resnet18/resnet50 (bs 1 and 64),
+torch.compile reduce-overhead, and the expert setup: channels_last + freezing for CNNs) on resnet18/resnet50 (bs 1 and 64),
 bert-base and gpt2 (bs 8, seq 128), f32. One table: JSON lines + Markdown.
 
 Run on the GPU machine:  python3 scripts/gpu_bench.py --kiln path/to/kiln --out DIR
@@ -60,6 +60,8 @@ def torch_runs(name, batch, seq, iters, warmup, modes):
                 fn = m
             elif mode == "torch-compile":
                 fn = torch.compile(m)
+            elif mode == "torch-reduce-overhead":
+                fn = torch.compile(m, mode="reduce-overhead")
             elif mode == "torch-expert":
                 if not name.startswith("resnet"):
                     continue
