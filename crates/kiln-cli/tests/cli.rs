@@ -235,3 +235,62 @@ fn serve_refuses_cuda_and_unknown_models_and_stops_cleanly_on_sigterm() {
     let status = child.wait().unwrap();
     assert!(status.success(), "exit after SIGTERM: {status:?}");
 }
+
+/// The step lines of `kiln explain --device cuda` output (the CUDA section, not the fusion groups).
+fn cuda_steps(out: &str) -> Vec<&str> {
+    let section = out.split_once("== CUDA steps ==").map_or("", |(_, rest)| rest);
+    section.lines().filter(|l| l.trim_start().starts_with("step ")).collect()
+}
+
+/// The kernel count of the `CUDA: N steps: K kernels ...` summary.
+fn cuda_kernels(out: &str) -> usize {
+    let line = out.lines().find(|l| l.starts_with("CUDA: ")).unwrap_or_else(|| panic!("no CUDA summary: {out}"));
+    line.split(": ").nth(2).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+#[test]
+fn explain_cuda_shows_kernels_launches_and_library_calls_without_a_gpu() {
+    let o = kiln(&["explain", "resnet18", "--device", "cuda", "--code"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    assert!(out.contains("device: cuda:0") && out.contains("== CUDA steps ==") && out.contains("== generated CUDA C =="), "{out}");
+    assert!(out.contains("__global__"), "no CUDA C in:\n{out}");
+    let steps = cuda_steps(&out);
+    // Convs go to cuDNN, each with its fused epilogue (bias, residual add, ReLU) as a kernel; the
+    // classifier's matmul goes to cuBLAS; the global average pool is a block reduction.
+    assert!(steps.iter().any(|l| l.contains("cuDNN conv + epilogue kernel ") && l.contains("conv2d")), "{out}");
+    assert!(steps.iter().any(|l| l.contains("cuBLAS sgemm") && l.contains("matmul")), "{out}");
+    assert!(steps.iter().any(|l| l.contains("(PerThread block 256)")), "{out}");
+    assert!(steps.iter().any(|l| l.contains("PerBlock block ") && l.contains("reduce_")), "{out}");
+    let fused = cuda_kernels(&out);
+    assert!(fused > 0, "{out}");
+    if kiln_cuda::Gpu::available() {
+        assert!(out.contains("max relative difference"), "{out}");
+    } else {
+        assert!(out.contains("not checked (no CUDA device here)"), "{out}");
+    }
+    // Eager on CUDA: the unfused program, more kernels.
+    let o = kiln(&["explain", "resnet18", "--device", "cuda", "--mode", "eager"]);
+    let eager = stdout(&o);
+    assert!(o.status.success(), "{eager}\n{}", stderr(&o));
+    assert!(cuda_kernels(&eager) > fused, "eager {} vs default {fused} kernels", cuda_kernels(&eager));
+    // CUDA modes not built yet are refused as bench refuses them.
+    let err = assert_clean_failure(&kiln(&["explain", "resnet18", "--device", "cuda", "--mode", "max-autotune"]), 2);
+    assert!(err.contains("not built for CUDA yet"), "{err}");
+}
+
+#[test]
+fn explain_cuda_of_bert_batches_attention_matmuls_and_splits_norms_over_blocks() {
+    let o = kiln(&["explain", "bert-base", "--device", "cuda", "--seq", "64"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    let steps = cuda_steps(&out);
+    // Q @ K^T and P @ V over the heads: one strided-batched GEMM each.
+    assert!(steps.iter().any(|l| l.contains("cuBLAS sgemm strided-batched (batch 12)")), "{out}");
+    // Layer norm (mean and variance over 768) and softmax (max and sum over 64) rows: one
+    // block per row.
+    let reduction = |op: &str| steps.iter().filter(|l| l.contains(op)).all(|l| l.contains("PerBlock block "));
+    assert!(steps.iter().any(|l| l.contains("reduce_mean")) && reduction("reduce_mean"), "{out}");
+    assert!(steps.iter().any(|l| l.contains("reduce_max")) && reduction("reduce_max"), "{out}");
+    assert!(cuda_kernels(&out) > 0);
+}
