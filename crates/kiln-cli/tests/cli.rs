@@ -163,7 +163,7 @@ fn doctor_exits_0_and_reports_cpu_and_every_cuda_library() {
     assert!(o.status.success(), "{out}\n{}", stderr(&o));
     let cpu = out.lines().find(|l| l.starts_with("cpu:")).unwrap_or_else(|| panic!("no cpu line: {out}"));
     assert!(cpu.len() > "cpu:".len() + 1, "{cpu}");
-    for key in ["simd:", "cores:", "memory:", "openmp:", "gpu driver:", "nvidia-smi:"] {
+    for key in ["simd:", "cores:", "memory:", "openmp:", "gpu driver:", "nvidia-smi:", "cuda device:"] {
         assert!(out.lines().any(|l| l.starts_with(key)), "no {key} line: {out}");
     }
     for lib in ["libcuda.so.1", "libnvrtc.so", "libcublas.so", "libcublasLt.so", "libcudnn.so", "libnccl.so", "libnvidia-ml.so.1"] {
@@ -171,7 +171,14 @@ fn doctor_exits_0_and_reports_cpu_and_every_cuda_library() {
             .lines()
             .find(|l| l.trim_start().starts_with(&format!("{lib} ")))
             .unwrap_or_else(|| panic!("no {lib} line: {out}"));
-        assert!(line.contains("found at /") || line.contains("missing — "), "{line}");
+        assert!(line.contains("found at /") || line.contains("found by the loader") || line.contains("missing — "), "{line}");
+    }
+    // The device line names the GPU, or says why there is none (the missing driver library).
+    let device = out.lines().find(|l| l.starts_with("cuda device:")).unwrap_or_default();
+    if kiln_cuda::Gpu::available() {
+        assert!(device.contains("cuda:0 ") && device.contains("compute capability") && device.contains("GiB free of"), "{device}");
+    } else {
+        assert!(device.contains("none ("), "{device}");
     }
 }
 
