@@ -309,3 +309,21 @@ fn explain_cuda_of_bert_batches_attention_matmuls_and_splits_norms_over_blocks()
     assert!(steps.iter().any(|l| l.contains("reduce_max")) && reduction("reduce_max"), "{out}");
     assert!(cuda_kernels(&out) > 0);
 }
+
+#[test]
+fn kiln_logs_output_code_prints_the_cuda_c_of_a_gpu_build() {
+    if !kiln_cuda::Gpu::available() {
+        eprintln!("no CUDA device: skipping KILN_LOGS=output_code on CUDA");
+        return;
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "resnet18", "--device", "cuda", "--mode", "default", "--iters", "1", "--warmup", "0"])
+        .env_remove("KILN_LOG")
+        .env("KILN_LOGS", "output_code")
+        .env("KILN_CACHE_DIR", std::env::temp_dir().join("kiln-cli-test-cache"))
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("generated CUDA C (") && err.contains("__global__"), "{err}");
+}
