@@ -113,7 +113,11 @@ pub struct ExplainArgs {
     /// Compile mode.
     #[arg(long, value_enum, default_value_t = ModeArg::Default)]
     pub mode: ModeArg,
-    /// Also print the generated C source.
+    /// The device to compile for. `cuda` needs no GPU: it shows each step's kernel (name,
+    /// launch) or library call; outputs are checked only when a GPU is present.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    pub device: DeviceArg,
+    /// Also print the generated C (CUDA C with --device cuda) source.
     #[arg(long)]
     pub code: bool,
 }
@@ -276,7 +280,7 @@ impl FloatDType {
     }
 }
 
-/// Devices `bench` accepts on the command line (not all are built yet).
+/// Devices `bench`, `explain` and `serve` accept on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DeviceArg {
     /// The host CPU.

@@ -6,6 +6,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kiln_cuda::{Gpu, Lib};
+
 /// Prints the report.
 pub fn doctor() {
     println!("kiln doctor (kiln {})", env!("CARGO_PKG_VERSION"));
@@ -24,19 +26,64 @@ pub fn doctor() {
     }
     line("gpu driver", &gpu_driver_report());
     line("nvidia-smi", &nvidia_smi_report());
+    line("cuda device", &cuda_device_report());
     println!("cuda libraries:");
     let dirs = library_dirs(std::env::var("LD_LIBRARY_PATH").ok().as_deref());
     let ldconfig = run_capture("ldconfig", &["-p"]).unwrap_or_default();
-    for (lib, hint) in CUDA_LIBS {
-        match find_library(lib, &dirs, &ldconfig) {
-            Some(p) => println!("  {lib:<20} found at {}", p.display()),
-            None => println!("  {lib:<20} missing — {hint}"),
+    for lib in Lib::ALL {
+        let file = library_file(lib);
+        println!("  {}", library_line(&file, Some(lib.present()), find_library(&file, &dirs, &ldconfig).as_deref(), lib.install_hint()));
+    }
+    for (file, hint) in OTHER_LIBS {
+        println!("  {}", library_line(file, None, find_library(file, &dirs, &ldconfig).as_deref(), hint));
+    }
+}
+
+/// The first CUDA device kiln would run on (name, compute capability, memory), or why there
+/// is none.
+fn cuda_device_report() -> String {
+    if !Gpu::available() {
+        return match kiln_cuda::device::libs::require(Lib::Driver) {
+            Err(e) => format!("none ({e})"),
+            Ok(()) => "none (the driver reports no CUDA device)".into(),
+        };
+    }
+    let opened = Gpu::open(0).and_then(|g| {
+        let mem = g.mem_info()?;
+        Ok((g, mem))
+    });
+    let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+    match opened {
+        Ok((g, (free, total))) => {
+            let (major, minor) = g.capability();
+            format!("cuda:0 {} (compute capability {major}.{minor}), {:.1} GiB free of {:.1} GiB", g.name(), gib(free), gib(total))
         }
+        Err(e) => format!("cuda:0 cannot be opened: {e}"),
+    }
+}
+
+/// The file the loader finds `lib` by: the driver ships only its versioned soname
+/// (`libcuda.so.1`); the toolkit libraries are looked up by their unversioned name.
+fn library_file(lib: Lib) -> String {
+    match lib {
+        Lib::Driver => format!("{}.so.1", lib.name()),
+        _ => format!("{}.so", lib.name()),
+    }
+}
+
+/// One library's line: where it is and, for the ones kiln loads (`loads` is `Some`), whether
+/// it loads; else what provides it.
+fn library_line(file: &str, loads: Option<bool>, path: Option<&Path>, provider: &str) -> String {
+    match (path, loads) {
+        (Some(p), Some(false)) => format!("{file:<20} found at {}, but kiln cannot load it — install {provider}", p.display()),
+        (Some(p), _) => format!("{file:<20} found at {}", p.display()),
+        (None, Some(true)) => format!("{file:<20} found by the loader (not in LD_LIBRARY_PATH's or the usual dirs, nor ldconfig's cache)"),
+        (None, _) => format!("{file:<20} missing — install {provider}"),
     }
 }
 
 fn line(label: &str, value: &str) {
-    println!("{:<12}{value}", format!("{label}:"));
+    println!("{:<11} {value}", format!("{label}:"));
 }
 
 /// What /proc/cpuinfo says about the CPU.
@@ -224,15 +271,11 @@ fn nvidia_smi_report() -> String {
     }
 }
 
-/// The CUDA libraries kiln's GPU backend loads, and what to do when one is missing.
-const CUDA_LIBS: [(&str, &str); 7] = [
-    ("libcuda.so.1", "install the NVIDIA driver (580 or newer for CUDA 13); it ships libcuda"),
-    ("libnvrtc.so", "install the CUDA 13 toolkit (NVRTC), or add its lib64 to LD_LIBRARY_PATH"),
-    ("libcublas.so", "install the CUDA 13 toolkit (cuBLAS), or add its lib64 to LD_LIBRARY_PATH"),
-    ("libcublasLt.so", "install the CUDA 13 toolkit (cuBLASLt), or add its lib64 to LD_LIBRARY_PATH"),
-    ("libcudnn.so", "install cuDNN 9 for CUDA 13"),
-    ("libnccl.so", "install NCCL 2 (needed only for several GPUs)"),
-    ("libnvidia-ml.so.1", "install the NVIDIA driver; it ships NVML"),
+/// Libraries kiln's GPU support uses beyond the ones kiln-cuda loads ([`Lib::ALL`]), and
+/// what provides each.
+const OTHER_LIBS: [(&str, &str); 2] = [
+    ("libnccl.so", "NCCL 2 (needed only for several GPUs)"),
+    ("libnvidia-ml.so.1", "the NVIDIA driver, which ships NVML (GPU metrics of kiln serve)"),
 ];
 
 /// Directories the dynamic loader searches, LD_LIBRARY_PATH first, as kiln's loader would.
@@ -333,6 +376,17 @@ mod tests {
         assert_eq!(find_library("libcudnn.so", &dirs, ldconfig), Some(PathBuf::from("/opt/cudnn/libcudnn.so.9")));
         assert_eq!(find_library("libnvrtc.so", &dirs, ldconfig), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn library_lines_say_where_and_what_to_install() {
+        let p = Path::new("/usr/lib/libcuda.so.1");
+        assert_eq!(library_file(Lib::Driver), "libcuda.so.1");
+        assert_eq!(library_file(Lib::CublasLt), "libcublasLt.so");
+        assert!(library_line("libcuda.so.1", Some(true), Some(p), "x").ends_with("found at /usr/lib/libcuda.so.1"));
+        assert!(library_line("libcuda.so.1", Some(false), Some(p), "the driver").contains("cannot load it — install the driver"));
+        assert!(library_line("libcudnn.so", Some(true), None, "x").contains("found by the loader"));
+        assert!(library_line("libnccl.so", None, None, "NCCL 2").ends_with("missing — install NCCL 2"));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! `kiln explain MODEL`: what the compiler does to a model — the optimised graph, each pass,
 //! the fusion groups and why ops were or were not fused, kernels per run, planned peak memory,
-//! compile time by stage — and a check of the compiled outputs against the interpreter.
+//! compile time by stage — and a check of the compiled outputs against the interpreter. With
+//! `--device cuda` it also shows where each step runs on a GPU (kernel and launch, cuBLAS,
+//! cuDNN or the host) and, with `--code`, the CUDA C; that needs no GPU.
 
-use crate::args::ExplainArgs;
+use crate::args::{DeviceArg, ExplainArgs};
 use crate::compile_setup;
 use crate::exit::{CliError, CliResult};
 
@@ -20,10 +22,15 @@ fn max_rel_diff(got: &[kiln_ir::HostTensor], want: &[kiln_ir::HostTensor]) -> f6
 
 /// Runs the command.
 pub fn explain(args: &ExplainArgs) -> CliResult<()> {
+    crate::cmd_bench::check_supported(args.device, args.mode)?;
     let m = compile_setup::graph_model(&args.model, &args.model_args, &args.dim_args)?;
-    let compiled = compile_setup::compile(&m, compile_setup::mode(args.mode), kiln::Device::Cpu)?;
-    let report = compiled.report();
     println!("model: {} (batch {}{})", m.name, m.batch, m.seq.map(|s| format!(", seq {s}")).unwrap_or_default());
+    let mode = compile_setup::mode(args.mode);
+    if args.device == DeviceArg::Cuda {
+        return explain_cuda(&m, mode, args.code);
+    }
+    let compiled = compile_setup::compile(&m, mode, kiln::Device::Cpu)?;
+    let report = compiled.report();
     print!("{report}");
     if args.code {
         match &report.source {
@@ -31,11 +38,38 @@ pub fn explain(args: &ExplainArgs) -> CliResult<()> {
             None => println!("\n(no generated code: the model runs eagerly)"),
         }
     }
+    check_outputs(&compiled, &m, 1e-3)
+}
+
+/// `--device cuda`: the scheduled program, where each step runs on a GPU and (with `code`)
+/// the CUDA C — none of which needs a GPU; with one, the outputs are checked too.
+fn explain_cuda(m: &compile_setup::GraphModel, mode: kiln::compile::Mode, code: bool) -> CliResult<()> {
+    let device = DeviceArg::Cuda.device();
+    let (program, report) = compile_setup::plan(m, mode, device)?;
+    let gpu = kiln_cuda::explain::explain_program(&program, report.optimized.as_ref())?;
+    println!("device: {device}");
+    print!("{report}");
+    print!("{gpu}");
+    if code {
+        println!("\n== generated CUDA C ==\n{}", gpu.source.source);
+    }
+    if !kiln_cuda::Gpu::available() {
+        println!("outputs vs reference interpreter: not checked (no CUDA device here)");
+        return Ok(());
+    }
+    // cuDNN convs use TF32 (as PyTorch's) unless KILN_CUDA_TF32=0 asks for strict fp32.
+    let strict = std::env::var("KILN_CUDA_TF32").is_ok_and(|v| v == "0");
+    check_outputs(&compile_setup::compile(m, mode, device)?, m, if strict { 1e-3 } else { 5e-2 })
+}
+
+/// Runs the compiled model and compares its outputs with the reference interpreter's; more
+/// than `tol` apart is an error.
+fn check_outputs(compiled: &kiln::compile::Compiled, m: &compile_setup::GraphModel, tol: f64) -> CliResult<()> {
     let got = compiled.run(&m.inputs)?;
     let want = kiln_cpu::run(&m.graph, &m.inputs)?;
     let diff = max_rel_diff(&got, &want);
     println!("outputs vs reference interpreter: max relative difference {diff:.2e}");
-    if diff.is_nan() || diff > 1e-3 {
+    if diff.is_nan() || diff > tol {
         return Err(CliError::Failed(format!("compiled outputs differ from the reference interpreter by {diff:.2e}")));
     }
     Ok(())

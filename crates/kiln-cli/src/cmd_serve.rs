@@ -1,5 +1,7 @@
 //! `kiln serve`: builds the served models from flags and runs the kiln-serve server until
 //! SIGTERM or Ctrl-C. Everything else (protocol, batching, auth, metrics) is in kiln-serve.
+//! `--device cuda` compiles every plan for the first GPU (`--mode eager`: the unfused plan); a
+//! machine without one fails at start-up, naming the missing library or device.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,7 +10,7 @@ use std::time::Duration;
 use kiln::zoo::ModelConfig;
 use kiln_serve::{ModelDef, ServeConfig, Server, shutdown_signal};
 
-use crate::args::{DeviceArg, ServeArgs};
+use crate::args::ServeArgs;
 use crate::exit::{CliError, CliResult};
 use crate::{compile_setup, model_setup, onnx_setup};
 
@@ -18,11 +20,7 @@ fn failed(e: kiln_serve::ServeError) -> CliError {
 
 /// Runs the server.
 pub fn serve(a: &ServeArgs) -> CliResult<()> {
-    if a.device == DeviceArg::Cuda {
-        return Err(CliError::NotBuilt(
-            "--device cuda: kiln has no CUDA backend yet; serve on the CPU (--device cpu)".into(),
-        ));
-    }
+    crate::cmd_bench::check_supported(a.device, a.mode)?;
     model_setup::init_threads(a.threads)?;
     let too_large = |flag: &str, v: u64| CliError::Failed(format!("--{flag} {v} is too large"));
     let cfg = ServeConfig {
@@ -39,6 +37,7 @@ pub fn serve(a: &ServeArgs) -> CliResult<()> {
         queue_capacity: usize::try_from(a.queue).map_err(|_| too_large("queue", a.queue))?,
         warmup_passes: usize::try_from(a.warmup).map_err(|_| too_large("warmup", a.warmup))?,
         mode: compile_setup::mode(a.mode),
+        device: a.device.device(),
     };
     let zoo_cfg = ModelConfig {
         batch: 1,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use kiln::compile::{CompileOptions, Compiled, Mode};
+use kiln::compile::{CompileOptions, CompileReport, Compiled, Mode};
 use kiln_ir::{Graph, HostTensor};
 
 use crate::args::{ModeArg, ModelArgs, OnnxDimArgs};
@@ -80,9 +80,21 @@ pub fn graph_model(name: &str, args: &ModelArgs, dims: &OnnxDimArgs) -> CliResul
     })
 }
 
+/// The model's input shapes and the options to compile it with.
+fn setup(m: &GraphModel, mode: Mode, device: kiln::Device) -> CliResult<(Vec<Vec<usize>>, CompileOptions)> {
+    let shapes: Vec<Vec<usize>> = m.inputs.iter().map(|t| t.shape().to_vec()).collect();
+    Ok((shapes, CompileOptions { mode, device, opt: kiln_opt::OptOptions::from_env()?, ..CompileOptions::default() }))
+}
+
 /// Compiles a captured model for its inputs in `mode`.
 pub fn compile(m: &GraphModel, mode: Mode, device: kiln::Device) -> CliResult<Compiled> {
-    let shapes: Vec<Vec<usize>> = m.inputs.iter().map(|t| t.shape().to_vec()).collect();
-    let opts = CompileOptions { mode, device, opt: kiln_opt::OptOptions::from_env()?, ..CompileOptions::default() };
+    let (shapes, opts) = setup(m, mode, device)?;
     Ok(kiln::compile::compile(&m.graph, &shapes, &opts)?)
+}
+
+/// The front half of [`compile`] (passes, schedule, memory plan): the program and a report
+/// without code-generation stages. Needs no device.
+pub fn plan(m: &GraphModel, mode: Mode, device: kiln::Device) -> CliResult<(kiln_sched::Program, CompileReport)> {
+    let (shapes, opts) = setup(m, mode, device)?;
+    Ok(kiln::compile::plan(&m.graph, &shapes, &opts)?)
 }

@@ -6,11 +6,13 @@
 //!                      └ exec/: Executable runs the steps on kiln's stream: kernels, cuBLAS matmuls,
 //!                               cuDNN convs, epilogues; host.rs runs what has no GPU path yet
 //! device/: Gpu (context, stream, library handles), the caching allocator, copies, library checks
+//! explain.rs: where each step runs (kernel and launch, cuBLAS, cuDNN, host), without a GPU
 //! ```
 
 pub mod codegen;
 pub mod device;
 pub mod exec;
+pub mod explain;
 pub mod module;
 pub mod nvrtc;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::{ServeError, ServeResult};
 
 /// How the server runs. [`ServeConfig::default`] is loopback on an ephemeral port, batching
-/// up to 8 within 5 ms, no keys, no rate limit, 64 MiB bodies, 30 s timeout, eager mode.
+/// up to 8 within 5 ms, no keys, no rate limit, 64 MiB bodies, 30 s timeout, eager mode, on the CPU.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     /// Where to listen (loopback unless told otherwise).
@@ -30,6 +30,8 @@ pub struct ServeConfig {
     pub warmup_passes: usize,
     /// How models are compiled.
     pub mode: kiln::compile::Mode,
+    /// Where the compiled plans run (`cuda:N`: CUDA C kernels, cuBLAS, cuDNN).
+    pub device: kiln::Device,
 }
 
 impl Default for ServeConfig {
@@ -45,6 +47,7 @@ impl Default for ServeConfig {
             queue_capacity: 64,
             warmup_passes: 3,
             mode: kiln::compile::Mode::Eager,
+            device: kiln::Device::Cpu,
         }
     }
 }

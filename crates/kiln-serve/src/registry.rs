@@ -130,6 +130,7 @@ fn compile_all(def: &ModelDef, cfg: &ServeConfig, metrics: &Metrics) -> ServeRes
     let sizes = if def.batchable { batcher::batch_sizes(cfg.max_batch) } else { vec![0] };
     let opts = CompileOptions {
         mode: cfg.mode,
+        device: cfg.device,
         opt: kiln_opt::OptOptions::from_env().map_err(|e| ServeError::Setup(e.to_string()))?,
         ..CompileOptions::default()
     };
@@ -137,7 +138,7 @@ fn compile_all(def: &ModelDef, cfg: &ServeConfig, metrics: &Metrics) -> ServeRes
     for (i, &b) in sizes.iter().enumerate() {
         let start = Instant::now();
         let batch = b.max(1);
-        tracing::info!(model = %def.name, batch = b, step = i + 1, of = sizes.len(), mode = ?cfg.mode, "compiling");
+        tracing::info!(model = %def.name, batch = b, step = i + 1, of = sizes.len(), mode = ?cfg.mode, device = %cfg.device, "compiling");
         let graph = def.graph_for(batch)?;
         let shapes: Vec<Vec<usize>> = def.inputs.iter().map(|s| s.at_batch(batch)).collect();
         let compiled: Compiled =

@@ -32,6 +32,8 @@ impl Server {
         if cfg.max_batch == 0 {
             return Err(ServeError::Setup("--max-batch must be at least 1".into()));
         }
+        // A missing GPU or CUDA library fails the start, not every model in the background.
+        kiln::compile::check_device(cfg.device).map_err(|e| ServeError::Setup(format!("--device {}: {e}", cfg.device)))?;
         let listener = tokio::net::TcpListener::bind(cfg.addr)
             .await
             .map_err(|e| ServeError::Setup(format!("cannot listen on {}: {e}", cfg.addr)))?;

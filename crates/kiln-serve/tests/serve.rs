@@ -496,3 +496,30 @@ async fn warm_up_gates_readiness_and_a_full_queue_sheds_with_503() {
     assert_eq!(metric(&m, r#"kiln_queue_depth{model="resnet18"}"#), 0.0, "{m}");
     server.shutdown().await.unwrap();
 }
+
+/// `device: cuda:0`: without a GPU the start fails at once, naming what is missing; with one,
+/// the tiny model is served from CUDA plans (fused, and eager = unfused) and answers as the
+/// reference interpreter does.
+#[tokio::test]
+async fn cuda_serving_needs_a_gpu_and_matches_the_reference() {
+    let cuda = ServeConfig { device: kiln::Device::Cuda(0), max_batch: 2, ..cfg() };
+    if kiln::compile::check_device(cuda.device).is_err() {
+        let e = match Server::start(cuda, vec![tiny_def()]).await {
+            Ok(_) => panic!("served on cuda:0 without a usable GPU"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.starts_with("--device cuda:0: ") && (e.contains("libcuda not found") || e.contains("CUDA device")), "{e}");
+        eprintln!("no CUDA device: skipping CUDA serving");
+        return;
+    }
+    let (y, emb) = reference(&tiny_def(), &[3, 4]);
+    for mode in [kiln::compile::Mode::Default, kiln::compile::Mode::Eager] {
+        let (server, base) = start(ServeConfig { mode, ..cuda.clone() }, vec![tiny_def()]).await;
+        let (s, out) = post(&reqwest::Client::new(), &format!("{base}/v2/models/tiny/infer"), &json_request(&[3, 4])).await;
+        assert_eq!(s, StatusCode::OK, "{mode:?}: {out}");
+        let close = |got: Vec<f32>, want: &[f32]| got.len() == want.len() && got.iter().zip(want).all(|(a, b)| (a - b).abs() <= 1e-5 * (1.0 + b.abs()));
+        assert!(close(floats(&out["outputs"][0]["data"]), &y), "{mode:?}: {out} vs {y:?}");
+        assert!(close(floats(&out["outputs"][1]["data"]), &emb), "{mode:?}: {out} vs {emb:?}");
+        server.shutdown().await.unwrap();
+    }
+}

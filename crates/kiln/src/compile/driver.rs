@@ -228,7 +228,26 @@ fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOption
 
 #[cfg(not(feature = "cuda"))]
 fn compile_cuda(_: &Graph, _: &[Vec<usize>], _: &CompileOptions, ordinal: usize) -> Result<Compiled> {
-    Err(kiln_ir::Error::Unsupported(format!("cuda:{ordinal}: this kiln was built without the `cuda` feature")))
+    Err(without_cuda(ordinal))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn without_cuda(ordinal: usize) -> kiln_ir::Error {
+    kiln_ir::Error::Unsupported(format!("cuda:{ordinal}: this kiln was built without the `cuda` feature"))
+}
+
+/// Ok when [`compile`] can build for `device` on this machine: always for the CPU; for a CUDA
+/// device when kiln has its CUDA backend and the device opens (the error names the missing
+/// library, or that there is no such device). Lets a server refuse at start-up rather than
+/// fail each model in the background.
+pub fn check_device(device: crate::Device) -> Result<()> {
+    match device {
+        crate::Device::Cpu => Ok(()),
+        #[cfg(feature = "cuda")]
+        crate::Device::Cuda(ordinal) => kiln_cuda::Gpu::open(ordinal).map(|_| ()),
+        #[cfg(not(feature = "cuda"))]
+        crate::Device::Cuda(ordinal) => Err(without_cuda(ordinal)),
+    }
 }
 
 /// The front half of [`compile`]: binds dims, runs the passes, schedules and plans memory.

@@ -15,7 +15,7 @@ mod report;
 pub mod specialize;
 mod tune;
 
-pub use driver::{CompileOptions, Compiled, c_toolchain, c_toolchain_works, compile, plan};
+pub use driver::{CompileOptions, Compiled, c_toolchain, c_toolchain_works, check_device, compile, plan};
 pub use mode::Mode;
 pub use report::{CompileReport, StageTimes};
 pub use tune::{BUDGET_ENV as AUTOTUNE_BUDGET_ENV, DEFAULT_BUDGET as AUTOTUNE_DEFAULT_BUDGET};
