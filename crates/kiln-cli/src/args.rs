@@ -225,7 +225,7 @@ fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
 }
 
 /// Arguments of `kiln bench`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Model names from the zoo (resnet18, resnet50, bert-base, gpt2) or paths ending in .onnx;
     /// each is benched in turn.
@@ -243,8 +243,8 @@ pub struct BenchArgs {
     /// Untimed forward passes after the first call, before timing.
     #[arg(long, default_value_t = 2)]
     pub warmup: u64,
-    /// Where to run.
-    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    /// Where to run: `auto` is the first CUDA GPU when one is present, else the CPU.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     pub device: DeviceArg,
     /// Execution mode, as torch.compile's.
     #[arg(long, value_enum, default_value_t = ModeArg::Eager)]
@@ -287,6 +287,8 @@ pub enum DeviceArg {
     Cpu,
     /// The first NVIDIA GPU.
     Cuda,
+    /// The first NVIDIA GPU when one can be opened here, else the CPU.
+    Auto,
 }
 
 impl DeviceArg {
@@ -295,14 +297,24 @@ impl DeviceArg {
         match self {
             DeviceArg::Cpu => "cpu",
             DeviceArg::Cuda => "cuda",
+            DeviceArg::Auto => self.resolve().name(),
+        }
+    }
+
+    /// `Auto` made concrete: `Cuda` when a CUDA device is present, else `Cpu`.
+    pub fn resolve(self) -> DeviceArg {
+        match self {
+            DeviceArg::Auto if kiln_cuda::Gpu::available() => DeviceArg::Cuda,
+            DeviceArg::Auto => DeviceArg::Cpu,
+            d => d,
         }
     }
 
     /// The kiln device.
     pub fn device(self) -> kiln::Device {
-        match self {
-            DeviceArg::Cpu => kiln::Device::Cpu,
+        match self.resolve() {
             DeviceArg::Cuda => kiln::Device::Cuda(0),
+            _ => kiln::Device::Cpu,
         }
     }
 }

@@ -131,7 +131,7 @@ pub(crate) fn time_passes(name: &str, args: &BenchArgs, mut pass: impl FnMut() -
 
 /// Refuses, with exit code 2, what needs parts of kiln that are not built yet.
 pub(crate) fn check_supported(device: DeviceArg, mode: ModeArg) -> CliResult<()> {
-    if device == DeviceArg::Cuda && mode == ModeArg::MaxAutotune {
+    if device.resolve() == DeviceArg::Cuda && mode == ModeArg::MaxAutotune {
         return Err(CliError::NotBuilt(format!(
             "--mode {} is not built for CUDA yet (eager, default and reduce-overhead are)",
             mode.name()
@@ -193,6 +193,7 @@ fn table(records: &[BenchRecord]) -> String {
 
 /// Runs the command.
 pub fn bench(args: &BenchArgs) -> CliResult<()> {
+    let args = &BenchArgs { device: args.device.resolve(), ..args.clone() };
     check_supported(args.device, args.mode)?;
     let threads = model_setup::init_threads(args.model_args.threads)?;
     if !args.dim_args.dims.is_empty() && !args.models.iter().any(|m| onnx_setup::is_onnx(m)) {

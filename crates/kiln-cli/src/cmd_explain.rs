@@ -26,7 +26,7 @@ pub fn explain(args: &ExplainArgs) -> CliResult<()> {
     let m = compile_setup::graph_model(&args.model, &args.model_args, &args.dim_args)?;
     println!("model: {} (batch {}{})", m.name, m.batch, m.seq.map(|s| format!(", seq {s}")).unwrap_or_default());
     let mode = compile_setup::mode(args.mode);
-    if args.device == DeviceArg::Cuda {
+    if args.device.resolve() == DeviceArg::Cuda {
         return explain_cuda(&m, mode, args.code);
     }
     let compiled = compile_setup::compile(&m, mode, kiln::Device::Cpu)?;
