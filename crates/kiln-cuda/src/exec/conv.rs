@@ -187,8 +187,9 @@ impl ConvPlan {
     }
 }
 
-/// Adds a zero bias of `o` channels (descriptor `bd`) to a scratch `[1, o, 1, 1]` of `ty`: cuDNN
-/// checks whether `cudnnAddTensor` takes this type when the plan is made, not at run time.
+/// Adds a zero bias of `o` channels (descriptor `bd`) to a scratch `[1, o, 1, 1]` of `ty`, so a
+/// type `cudnnAddTensor` does not take is found when the plan is made (the step then runs on
+/// the host), not at run time.
 fn try_bias_add(gpu: &Arc<Gpu>, handle: sys::cudnnHandle_t, bd: sys::cudnnTensorDescriptor_t, ty: sys::cudnnDataType_t, o: usize) -> Result<()> {
     let scratch = gpu.alloc(2 * o * 4)?;
     gpu.write(scratch.ptr(), &vec![0u8; 2 * o * 4])?;
