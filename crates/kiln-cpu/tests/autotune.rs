@@ -87,7 +87,7 @@ fn tuning_text_round_trips_and_rejects_garbage() {
 fn every_candidate_and_the_winner_match_the_interpreter() {
     let g = graph();
     let want = kiln_cpu::run(&g, &inputs()).unwrap();
-    let (program, _) = schedule(&g, &ScheduleOptions { fuse: true, externs: true }).unwrap();
+    let (program, _) = schedule(&g, &ScheduleOptions::default()).unwrap();
     let externs = program.steps.iter().filter(|s| matches!(s.kind, StepKind::Extern { .. })).count();
     assert_eq!(externs, 2, "a matmul and a conv extern");
     let mut exe = Executable::new(program.clone(), Arc::new(InterpKernels)).unwrap();
@@ -129,7 +129,7 @@ fn every_candidate_and_the_winner_match_the_interpreter() {
 #[test]
 fn a_zero_budget_keeps_every_heuristic() {
     let g = graph();
-    let (program, _) = schedule(&g, &ScheduleOptions { fuse: true, externs: true }).unwrap();
+    let (program, _) = schedule(&g, &ScheduleOptions::default()).unwrap();
     let exe = Executable::new(program, Arc::new(InterpKernels)).unwrap();
     let opts = AutotuneOptions { budget: Duration::ZERO, reps: 1 };
     let (tuning, report) = autotune(&exe, &inputs(), &opts, &mut |_, _| {}).unwrap();
@@ -141,7 +141,7 @@ fn a_zero_budget_keeps_every_heuristic() {
 #[test]
 fn profile_times_every_step_and_describes_the_externs() {
     let g = graph();
-    let (program, _) = schedule(&g, &ScheduleOptions { fuse: true, externs: true }).unwrap();
+    let (program, _) = schedule(&g, &ScheduleOptions::default()).unwrap();
     let exe = Executable::new(program.clone(), Arc::new(InterpKernels)).unwrap();
     let (steps, whole) = kiln_cpu::compiled::profile(&exe, &inputs(), 3).unwrap();
     assert_eq!(steps.len(), program.steps.len());

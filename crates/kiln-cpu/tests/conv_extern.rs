@@ -132,7 +132,7 @@ fn check(c: &Case) {
     for fuse in [true, false] {
         let opts = ScheduleOptions {
             fuse,
-            externs: true,
+            ..ScheduleOptions::default()
         };
         let (prog, rep) = schedule(&g, &opts).unwrap();
         let conv = prog.steps.iter().find_map(|s| match &s.kind {

@@ -40,17 +40,14 @@ fn close(a: f64, b: f64, tol: f64) -> bool {
 fn check(g: &Graph, inputs: &[HostTensor]) {
     let want = kiln_cpu::run(g, inputs).unwrap();
     for opts in [
-        ScheduleOptions {
-            fuse: true,
-            externs: true,
-        },
+        ScheduleOptions::default(),
         ScheduleOptions {
             fuse: false,
-            externs: true,
+            ..ScheduleOptions::default()
         },
         ScheduleOptions {
-            fuse: true,
             externs: false,
+            ..ScheduleOptions::default()
         },
     ] {
         let (p, rep) = schedule(g, &opts).unwrap();
@@ -425,10 +422,7 @@ fn conv_block_matmul_and_eval_ops() {
     check(&g, &ins);
     let (prog, rep) = schedule(
         &g,
-        &ScheduleOptions {
-            fuse: true,
-            externs: true,
-        },
+        &ScheduleOptions::default(),
     )
     .unwrap();
     assert!(

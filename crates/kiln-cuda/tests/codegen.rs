@@ -13,7 +13,7 @@ use kiln_ir::{
     Shape, TensorType, UnaryOp, decompose,
 };
 use kiln_sched::kernel::{Arg, Expr, Idx, Kernel, Literal, Loop, Stage};
-use kiln_sched::{Program, ScheduleOptions, schedule};
+use kiln_sched::{GPU_EXTERN_DTYPES, Program, ScheduleOptions, schedule};
 use std::ffi::{CStr, CString};
 use std::sync::{Arc, OnceLock};
 
@@ -129,6 +129,7 @@ fn programs(what: &str, g: &Graph) -> Vec<(Program, CudaSource)> {
                 &ScheduleOptions {
                     fuse: true,
                     externs,
+                    extern_dtypes: GPU_EXTERN_DTYPES,
                 },
             )
             .unwrap();
@@ -781,8 +782,8 @@ fn gpu_results_match_the_interpreter() {
         let (p, _) = schedule(
             &g,
             &ScheduleOptions {
-                fuse: true,
                 externs: false,
+                ..ScheduleOptions::default()
             },
         )
         .unwrap();

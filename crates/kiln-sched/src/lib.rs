@@ -17,7 +17,7 @@ pub mod program;
 
 pub use kernel::{Arg, Expr, ExprId, ExprNode, Idx, Kernel, Literal, Loop, Stage, VarId};
 pub use fuse::{FusionReport, StepInfo, StepKindName};
-pub use schedule::{ScheduleOptions, schedule};
+pub use schedule::{CPU_EXTERN_DTYPES, GPU_EXTERN_DTYPES, ScheduleOptions, schedule};
 pub use program::{BufId, BufKind, BufView, Buffer, Epilogue, ExternOp, MemoryPlan, Program, Step, StepKind};
 pub use cache::{CacheKey, CacheOutcome, DiskCache};
 pub use memory::{naive_bytes, plan_memory};

@@ -59,8 +59,10 @@ pub struct BufView {
     pub strides: Vec<usize>,
 }
 
-/// A library operation an [`StepKind::Extern`] calls (f32 only; other dtypes use
-/// [`StepKind::Eval`]).
+/// A library operation an [`StepKind::Extern`] calls. Its inputs and output share one dtype,
+/// one of [`crate::ScheduleOptions::extern_dtypes`]: f32 for the CPU runner (the default),
+/// f32 / f16 / bf16 for the CUDA runtime (f16 / bf16 accumulated in f32); other dtypes use
+/// [`StepKind::Eval`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum ExternOp {
     /// `kiln_ir::Op::MatMul` on inputs `[a, b]` (batch dims broadcast, each operand a strided

@@ -3,7 +3,7 @@
 use crate::fuse::{self, FusionReport, classify::Class};
 use crate::lower;
 use crate::program::Program;
-use kiln_ir::{Error, Graph, NodeId};
+use kiln_ir::{DType, Error, Graph, NodeId};
 use std::collections::HashSet;
 
 /// How [`schedule`] fuses.
@@ -12,16 +12,27 @@ pub struct ScheduleOptions {
     /// Fuse ops into kernels; `false` gives one step per compute op (the baseline that
     /// counts kernels).
     pub fuse: bool,
-    /// Run f32 MatMul / Conv2d as library calls ([`crate::StepKind::Extern`]); `false`
+    /// Run MatMul / Conv2d as library calls ([`crate::StepKind::Extern`]); `false`
     /// evaluates them with the reference kernels.
     pub externs: bool,
+    /// The dtypes an extern may take (all its inputs one of these); MatMul / Conv2d on other
+    /// dtypes are evaluated by the reference kernels. [`CPU_EXTERN_DTYPES`] (f32) by default,
+    /// as the CPU runner's externs are f32 only; [`GPU_EXTERN_DTYPES`] for cuBLAS / cuDNN.
+    pub extern_dtypes: &'static [DType],
 }
+
+/// The dtypes the CPU runner's externs take: f32.
+pub const CPU_EXTERN_DTYPES: &[DType] = &[DType::F32];
+
+/// The dtypes the CUDA runtime's externs take: f32, and f16 / bf16 (accumulated in f32).
+pub const GPU_EXTERN_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 
 impl Default for ScheduleOptions {
     fn default() -> Self {
         ScheduleOptions {
             fuse: true,
             externs: true,
+            extern_dtypes: CPU_EXTERN_DTYPES,
         }
     }
 }
@@ -32,7 +43,8 @@ pub fn schedule(graph: &Graph, opts: &ScheduleOptions) -> kiln_ir::Result<(Progr
     let mut isolate: HashSet<NodeId> = HashSet::new();
     // Each retry keeps one more root alone, so this ends within the node count.
     for _ in 0..=graph.nodes.len() {
-        let plan = fuse::plan(graph, opts.fuse, opts.externs, &isolate)?;
+        let extern_dtypes = if opts.externs { opts.extern_dtypes } else { &[] };
+        let plan = fuse::plan(graph, opts.fuse, extern_dtypes, &isolate)?;
         match lower::lower(graph, &plan) {
             Ok((program, steps)) => {
                 let compute_ops = plan

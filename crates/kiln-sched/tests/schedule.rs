@@ -6,15 +6,17 @@ use kiln_ir::{
     BinaryOp, Conv2dAttrs, DType, Dim, Graph, HostTensor, NodeId, Op, ReduceOp, Shape, SliceAxis,
     TensorType, UnaryOp, decompose,
 };
-use kiln_sched::{Expr, ScheduleOptions, Stage, StepKind, StepKindName, schedule};
+use kiln_sched::{CPU_EXTERN_DTYPES, Expr, ExternOp, GPU_EXTERN_DTYPES, ScheduleOptions, Stage, StepKind, StepKindName, schedule};
 
 const FUSE: ScheduleOptions = ScheduleOptions {
     fuse: true,
     externs: true,
+    extern_dtypes: CPU_EXTERN_DTYPES,
 };
 const NOFUSE: ScheduleOptions = ScheduleOptions {
     fuse: false,
     externs: true,
+    extern_dtypes: CPU_EXTERN_DTYPES,
 };
 
 fn input(g: &mut Graph, name: &str, shape: &[usize]) -> NodeId {
@@ -172,8 +174,8 @@ fn conv_bias_relu_residual_is_one_extern_with_epilogue() {
     let k = kinds(
         &g,
         &ScheduleOptions {
-            fuse: true,
             externs: false,
+            ..FUSE
         },
     );
     assert_eq!(k, vec![StepKindName::Eval, StepKindName::Pointwise]);
@@ -483,4 +485,65 @@ fn resnet_like_graph_schedules_fast_into_extern_steps() {
         panic!("{rep}")
     };
     assert_eq!(loops.len(), 1);
+}
+
+/// The ops of a program's extern steps, and how many eval steps it has.
+fn externs_and_evals(g: &Graph, o: &ScheduleOptions) -> (Vec<ExternOp>, usize) {
+    let (p, _) = schedule(g, o).unwrap();
+    let externs = p
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StepKind::Extern { op, .. } => Some(op.clone()),
+            _ => None,
+        })
+        .collect();
+    let evals = p.steps.iter().filter(|s| matches!(s.kind, StepKind::Eval { .. })).count();
+    (externs, evals)
+}
+
+#[test]
+fn half_matmul_and_conv_are_externs_only_where_the_extern_dtypes_allow() {
+    let attrs = Conv2dAttrs {
+        stride: [1, 1],
+        padding: [1, 1, 1, 1],
+        dilation: [1, 1],
+        groups: 1,
+    };
+    let gpu = ScheduleOptions {
+        extern_dtypes: GPU_EXTERN_DTYPES,
+        ..FUSE
+    };
+    for dt in [DType::BF16, DType::F16] {
+        let mut g = Graph::new();
+        let t = |s: &[usize]| TensorType::new(dt, Shape::fixed(s));
+        let a = g.input("a", t(&[2, 3, 4]));
+        let b = g.input("b", t(&[4, 5]));
+        let x = g.input("x", t(&[1, 2, 6, 6]));
+        let w = g.input("w", t(&[4, 2, 3, 3]));
+        let bias = g.input("bias", t(&[4]));
+        let mm = g.add(Op::MatMul, &[a, b]).unwrap();
+        let r = g.add(Op::Unary(UnaryOp::Relu), &[mm]).unwrap();
+        let c = g.add(Op::Conv2d(attrs), &[x, w, bias]).unwrap();
+        g.output(r);
+        g.output(c);
+        // The default (the CPU's f32-only externs): both are evaluated.
+        assert_eq!(ScheduleOptions::default().extern_dtypes, CPU_EXTERN_DTYPES);
+        assert_eq!(externs_and_evals(&g, &FUSE), (vec![], 2), "{dt}");
+        // The GPU's: both are library calls, the relu the matmul's epilogue.
+        let (ops, evals) = externs_and_evals(&g, &gpu);
+        assert_eq!((ops, evals), (vec![ExternOp::MatMul, ExternOp::Conv2d(attrs)], 0), "{dt}");
+        // Externs off wins over the dtypes.
+        let off = ScheduleOptions { externs: false, ..gpu };
+        assert_eq!(externs_and_evals(&g, &off), (vec![], 2), "{dt}");
+    }
+    // Mixed dtypes are never an extern (the library calls take one type).
+    let mut g = Graph::new();
+    let a = g.input("a", TensorType::new(DType::BF16, Shape::fixed(&[3, 4])));
+    let b = g.input("b", TensorType::new(DType::BF16, Shape::fixed(&[4, 5])));
+    let b32 = g.add(Op::Cast(DType::F32), &[b]).unwrap();
+    let a32 = g.add(Op::Cast(DType::F32), &[a]).unwrap();
+    let mm = g.add(Op::MatMul, &[a32, b32]).unwrap();
+    g.output(mm);
+    assert_eq!(externs_and_evals(&g, &gpu).0, vec![ExternOp::MatMul], "f32 after the casts");
 }

@@ -215,3 +215,54 @@ fn max_autotune_searches_once_then_reads_the_cache_and_stays_correct() {
     assert!(compile(&g, &shapes(&xs), &opts(&dir)).unwrap().report().autotune.is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The extern steps of a program and their output dtypes.
+fn extern_dtypes(p: &kiln_sched::Program) -> Vec<DType> {
+    p.steps
+        .iter()
+        .filter_map(|s| match &s.kind {
+            kiln_sched::StepKind::Extern { out, .. } => Some(p.buffer(*out).dtype),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn half_models_plan_externs_only_for_cuda_and_compile_for_the_cpu() {
+    let dir = cache_dir("half");
+    for dt in [DType::BF16, DType::F16] {
+        let rn = resnet::ResNet::new(VarBuilder::random(1, dt), &tiny_resnet(), 2).unwrap();
+        let bert = bert::Bert::new(VarBuilder::random(1, dt), &bert::BertConfig::tiny(), 2, 7).unwrap();
+        for m in [&rn as &dyn Model, &bert] {
+            let g = zoo::trace_model(m).unwrap();
+            let xs: Vec<HostTensor> = m.example_inputs(3).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
+            // The CPU's externs are f32 only (a model may do some matmuls in f32): its `dt`
+            // matmuls and convs stay reference evals.
+            let (cpu, _) = plan(&g, &shapes(&xs), &opts(&dir)).unwrap();
+            let ext = extern_dtypes(&cpu);
+            assert!(ext.iter().all(|&d| d == DType::F32), "{} {dt}: CPU plan: {ext:?}", m.name());
+            // For CUDA (planning needs no GPU) every matmul and conv is a library call.
+            let cuda = CompileOptions { device: kiln::Device::Cuda(0), ..opts(&dir) };
+            let (gpu, _) = plan(&g, &shapes(&xs), &cuda).unwrap();
+            let ext = extern_dtypes(&gpu);
+            assert!(ext.contains(&dt) && ext.iter().all(|&d| d == dt || d == DType::F32), "{} {dt}: {ext:?}", m.name());
+            let evals: Vec<String> = gpu
+                .steps
+                .iter()
+                .filter_map(|s| match &s.kind {
+                    kiln_sched::StepKind::Eval { op, .. } if matches!(op, kiln_ir::Op::MatMul | kiln_ir::Op::Conv2d(_)) => Some(op.name().to_string()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(evals, Vec::<String>::new(), "{} {dt}: matmul/conv left to the host", m.name());
+            // The CPU build of the half model matches the interpreter: both round once per op,
+            // in the same order, and do matmul/conv through the same reference kernels.
+            if c_compiler_present() {
+                let want = kiln_cpu::run(&g, &xs).unwrap();
+                let got = compile(&g, &shapes(&xs), &opts(&dir)).unwrap().run(&xs).unwrap();
+                compare(&got, &want, 1e-2, 1e-2).unwrap_or_else(|e| panic!("{} {dt} compiled: {e}", m.name()));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

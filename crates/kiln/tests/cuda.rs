@@ -210,6 +210,41 @@ fn reduce_overhead_replays_a_cuda_graph_equal_to_plain_launches() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// bf16 / f16 models on the GPU: every matmul and conv goes to cuBLAS / cuDNN (none runs on
+/// the host), and the outputs match the interpreter within the type's precision.
+///
+/// Tolerances: the interpreter does matmul/conv by widening to f32, accumulating and rounding
+/// once, as cuBLAS / cuDNN with f32 compute do, but in another summation order (and cuDNN adds
+/// the bias after rounding the conv), so single outputs can land one ulp apart (bf16: 8
+/// significant bits, ulp 2^-8 = 3.9e-3 relative; f16: 11 bits, 4.9e-4); reductions (softmax,
+/// layer norm) differ the same way. A few layers compound that to a few ulps: about 8 ulps is
+/// 3e-2 for bf16 and 4e-3 for f16 (1e-2 used), with the same absolute floor for outputs near
+/// zero after cancellation (residual adds, normalised activations of magnitude ~1).
+#[test]
+fn half_models_on_the_gpu_run_matmuls_and_convs_in_cublas_and_cudnn() {
+    if !gpu_or_skip("half_models_on_the_gpu_run_matmuls_and_convs_in_cublas_and_cudnn") {
+        return;
+    }
+    let dir = cache_dir("half");
+    let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Bottleneck, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
+    for (dt, tol) in [(DType::BF16, 3e-2), (DType::F16, 1e-2)] {
+        let rn = resnet::ResNet::new(VarBuilder::random(1, dt), &cfg, 2).unwrap();
+        let bert = bert::Bert::new(VarBuilder::random(1, dt), &bert::BertConfig::tiny(), 2, 7).unwrap();
+        let gpt = gpt2::Gpt2::new(VarBuilder::random(1, dt), &gpt2::Gpt2Config::tiny(), 2, 5).unwrap();
+        for m in [&rn as &dyn Model, &bert, &gpt] {
+            let g = zoo::trace_model(m).unwrap();
+            let xs = m_inputs(m, 3);
+            let want = kiln_cpu::run(&g, &xs).unwrap();
+            let (got, c) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap_or_else(|e| panic!("{} {dt}: {e}", m.name()));
+            let on_host: Vec<String> = c.host_ops().into_iter().filter(|op| op == "matmul" || op == "conv2d").collect();
+            assert!(on_host.is_empty(), "{} {dt}: ran on the host: {on_host:?} (all host ops: {:?})", m.name(), c.host_ops());
+            compare(&got, &want, tol, tol).unwrap_or_else(|e| panic!("{} {dt}: {e}", m.name()));
+            eprintln!("{} {dt}: {} launches per run, host ops {:?}", m.name(), c.kernels(), c.host_ops());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn m_inputs(m: &dyn Model, seed: u64) -> Vec<HostTensor> {
     m.example_inputs(seed).unwrap().iter().map(|t| t.to_host().unwrap()).collect()
 }

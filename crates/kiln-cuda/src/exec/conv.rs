@@ -2,13 +2,16 @@
 //! executable is built; a run only calls `cudnnConvolutionForward` (and `cudnnAddTensor` for
 //! the bias). Math: `CUDNN_DEFAULT_MATH`, which lets cuDNN use TF32 tensor cores for f32, as
 //! PyTorch's default `allow_tf32` for convolutions does; `KILN_CUDA_TF32=0` asks for strict
-//! fp32 (`CUDNN_FMA_MATH`), as `torch.backends.cudnn.allow_tf32 = False` does.
+//! fp32 (`CUDNN_FMA_MATH`), as `torch.backends.cudnn.allow_tf32 = False` does. f16 / bf16
+//! tensors compute in f32 (`CUDNN_DATA_FLOAT` convolution descriptor) with tensor cores
+//! (`CUDNN_TENSOR_OP_MATH`), as PyTorch; a configuration cuDNN rejects for them runs on the host.
 
 use crate::device::Gpu;
 use cudarc::cudnn::{result, sys};
-use kiln_ir::{Conv2dAttrs, Error, Result};
+use kiln_ir::{Conv2dAttrs, DType, Error, Result};
 use kiln_sched::BufView;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 /// The most workspace one conv may ask for.
 const MAX_WORKSPACE: usize = 1 << 30;
@@ -33,13 +36,16 @@ pub(crate) struct ConvPlan {
 unsafe impl Send for ConvPlan {}
 unsafe impl Sync for ConvPlan {}
 
-fn tensor_desc(dims: &[usize], strides: &[usize]) -> Result<sys::cudnnTensorDescriptor_t> {
+fn tensor_desc(ty: sys::cudnnDataType_t, dims: &[usize], strides: &[usize]) -> Result<sys::cudnnTensorDescriptor_t> {
     let d = result::create_tensor_descriptor().map_err(|e| dnn("create tensor descriptor", e))?;
     let dims: Vec<i32> = dims.iter().map(|&x| x as i32).collect();
     let strides: Vec<i32> = strides.iter().map(|&x| x as i32).collect();
     // SAFETY: a fresh descriptor; the arrays hold `dims.len()` entries.
-    unsafe { result::set_tensornd_descriptor(d, sys::cudnnDataType_t::CUDNN_DATA_FLOAT, dims.len() as i32, dims.as_ptr(), strides.as_ptr()) }
-        .map_err(|e| dnn(&format!("tensor descriptor {dims:?}/{strides:?}"), e))?;
+    unsafe { result::set_tensornd_descriptor(d, ty, dims.len() as i32, dims.as_ptr(), strides.as_ptr()) }.map_err(|e| {
+        // SAFETY: the descriptor created above, not handed out.
+        let _ = unsafe { result::destroy_tensor_descriptor(d) };
+        dnn(&format!("tensor descriptor {dims:?}/{strides:?}"), e)
+    })?;
     Ok(d)
 }
 
@@ -60,10 +66,29 @@ fn dense_strides(shape: &[usize]) -> Vec<usize> {
 }
 
 impl ConvPlan {
-    /// Plans `x [N,C,H,W] (*) w [O,C/g,KH,KW] (+ bias [O]) -> [N,O,OH,OW]`, or `None` when
-    /// cuDNN cannot take it as given (asymmetric padding, a non-dense filter, sizes past i32):
-    /// the caller then runs the step on the host.
-    pub fn new(gpu: &Gpu, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize]) -> Result<Option<ConvPlan>> {
+    /// Plans `x [N,C,H,W] (*) w [O,C/g,KH,KW] (+ bias [O]) -> [N,O,OH,OW]` (all of `dtype`), or
+    /// `None` when cuDNN cannot take it as given (asymmetric padding, a non-dense filter, sizes
+    /// past i32, a dtype other than f32 / f16 / bf16, an f16 / bf16 configuration cuDNN
+    /// rejects): the caller then runs the step on the host.
+    pub fn new(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], dtype: DType) -> Result<Option<ConvPlan>> {
+        let ty = match dtype {
+            DType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
+            DType::F16 => sys::cudnnDataType_t::CUDNN_DATA_HALF,
+            DType::BF16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+            _ => return Ok(None),
+        };
+        match Self::build(gpu, attrs, inputs, out_shape, ty) {
+            Ok(plan) => Ok(plan),
+            // f32 convs have always planned; only the 16-bit configurations may be unsupported.
+            Err(e) if dtype != DType::F32 => {
+                tracing::info!(target: "kiln::cuda", "conv2d in {dtype}: {e}; runs on the host");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn build(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], ty: sys::cudnnDataType_t) -> Result<Option<ConvPlan>> {
         let [top, left, bottom, right] = attrs.padding;
         let (x, w) = (&inputs[0], &inputs[1]);
         // cuDNN's legacy API indexes with 32-bit ints.
@@ -73,16 +98,28 @@ impl ConvPlan {
             return Ok(None);
         }
         let handle = gpu.cudnn()?.0;
-        let xd = tensor_desc(&x.shape, &x.strides)?;
-        let yd = tensor_desc(out_shape, &dense_strides(out_shape))?;
-        let wd = result::create_filter_descriptor().map_err(|e| dnn("create filter descriptor", e))?;
+        // The plan owns each descriptor as soon as it exists, so an error below destroys them.
+        let mut plan = ConvPlan {
+            x: tensor_desc(ty, &x.shape, &x.strides)?,
+            y: std::ptr::null_mut(),
+            w: std::ptr::null_mut(),
+            conv: std::ptr::null_mut(),
+            bias: None,
+            algo: sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+            workspace: 0,
+        };
+        plan.y = tensor_desc(ty, out_shape, &dense_strides(out_shape))?;
+        plan.w = result::create_filter_descriptor().map_err(|e| dnn("create filter descriptor", e))?;
+        plan.conv = result::create_convolution_descriptor().map_err(|e| dnn("create convolution descriptor", e))?;
+        if inputs.len() > 2 {
+            plan.bias = Some(tensor_desc(ty, &[1, out_shape[1], 1, 1], &[out_shape[1], 1, 1, 1])?);
+        }
+        let (xd, yd, wd, cd) = (plan.x, plan.y, plan.w, plan.conv);
         let wdims: Vec<i32> = w.shape.iter().map(|&d| d as i32).collect();
         // SAFETY: fresh descriptors, arrays of the stated lengths.
         unsafe {
-            result::set_filternd_descriptor(wd, sys::cudnnDataType_t::CUDNN_DATA_FLOAT, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, 4, wdims.as_ptr())
-                .map_err(|e| dnn("filter descriptor", e))?;
+            result::set_filternd_descriptor(wd, ty, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, 4, wdims.as_ptr()).map_err(|e| dnn("filter descriptor", e))?;
         }
-        let cd = result::create_convolution_descriptor().map_err(|e| dnn("create convolution descriptor", e))?;
         let pads = [top as i32, left as i32];
         let strides = [attrs.stride[0] as i32, attrs.stride[1] as i32];
         let dil = [attrs.dilation[0] as i32, attrs.dilation[1] as i32];
@@ -91,7 +128,8 @@ impl ConvPlan {
             result::set_convolutionnd_descriptor(cd, 2, pads.as_ptr(), strides.as_ptr(), dil.as_ptr(), sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, sys::cudnnDataType_t::CUDNN_DATA_FLOAT)
                 .map_err(|e| dnn("convolution descriptor", e))?;
             result::set_convolution_group_count(cd, attrs.groups as i32).map_err(|e| dnn("group count", e))?;
-            result::set_convolution_math_type(cd, math_type()).map_err(|e| dnn("math type", e))?;
+            let math = if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { math_type() } else { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH };
+            result::set_convolution_math_type(cd, math).map_err(|e| dnn("math type", e))?;
         }
         let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> = Vec::with_capacity(16);
         let mut count = 0i32;
@@ -104,11 +142,13 @@ impl ConvPlan {
             .iter()
             .find(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE)
             .ok_or_else(|| Error::Device(format!("cuDNN has no algorithm for conv {:?} * {:?} -> {out_shape:?}", x.shape, w.shape)))?;
-        let bias = match inputs.get(2) {
-            Some(_) => Some(tensor_desc(&[1, out_shape[1], 1, 1], &[out_shape[1], 1, 1, 1])?),
-            None => None,
-        };
-        Ok(Some(ConvPlan { x: xd, w: wd, conv: cd, y: yd, bias, algo: best.algo, workspace: best.memory }))
+        (plan.algo, plan.workspace) = (best.algo, best.memory);
+        if let Some(bd) = plan.bias
+            && ty != sys::cudnnDataType_t::CUDNN_DATA_FLOAT
+        {
+            try_bias_add(gpu, handle, bd, ty, out_shape[1])?;
+        }
+        Ok(Some(plan))
     }
 
     /// Runs the conv: `y = conv(x, w) (+ bias)`, on kiln's stream.
@@ -147,17 +187,41 @@ impl ConvPlan {
     }
 }
 
+/// Adds a zero bias of `o` channels (descriptor `bd`) to a scratch `[1, o, 1, 1]` of `ty`, so a
+/// type `cudnnAddTensor` does not take is found when the plan is made (the step then runs on
+/// the host), not at run time.
+fn try_bias_add(gpu: &Arc<Gpu>, handle: sys::cudnnHandle_t, bd: sys::cudnnTensorDescriptor_t, ty: sys::cudnnDataType_t, o: usize) -> Result<()> {
+    let scratch = gpu.alloc(2 * o * 4)?;
+    gpu.write(scratch.ptr(), &vec![0u8; 2 * o * 4])?;
+    let yd = tensor_desc(ty, &[1, o, 1, 1], &[o, 1, 1, 1])?;
+    let one = 1f32;
+    // SAFETY: both descriptors describe `o` elements of `ty` (at most 4 bytes each), within the
+    // scratch buffer's halves; the stream is synchronised before the scratch is freed.
+    let added = unsafe {
+        let one = (&one as *const f32).cast();
+        let (b, y) = (scratch.ptr(), scratch.ptr() + (o * 4) as u64);
+        sys::cudnnAddTensor(handle, one, bd, b as *const c_void, one, yd, y as *mut c_void).result()
+    };
+    // SAFETY: created above, used only by the call above.
+    let _ = unsafe { result::destroy_tensor_descriptor(yd) };
+    gpu.synchronize()?;
+    added.map_err(|e| dnn("bias add", e))
+}
+
 impl Drop for ConvPlan {
     fn drop(&mut self) {
         // SAFETY: descriptors this plan created and nobody else holds.
+        // (A plan dropped while being built may hold null descriptors: skipped.)
         unsafe {
-            let _ = result::destroy_tensor_descriptor(self.x);
-            let _ = result::destroy_tensor_descriptor(self.y);
-            if let Some(b) = self.bias {
-                let _ = result::destroy_tensor_descriptor(b);
+            for t in [Some(self.x), Some(self.y), self.bias].into_iter().flatten().filter(|d| !d.is_null()) {
+                let _ = result::destroy_tensor_descriptor(t);
             }
-            let _ = result::destroy_filter_descriptor(self.w);
-            let _ = result::destroy_convolution_descriptor(self.conv);
+            if !self.w.is_null() {
+                let _ = result::destroy_filter_descriptor(self.w);
+            }
+            if !self.conv.is_null() {
+                let _ = result::destroy_convolution_descriptor(self.conv);
+            }
         }
     }
 }

@@ -1,12 +1,14 @@
-//! MatMul through cuBLAS, in strict fp32 (`CUBLAS_DEFAULT_MATH`: no TF32, as PyTorch's default
-//! for matmuls). kiln's row-major `C[M,N] = A[M,K] B[K,N]` is cuBLAS's column-major
+//! MatMul through cuBLAS: f32 in strict fp32 (`sgemm` under `CUBLAS_DEFAULT_MATH`: no TF32, as
+//! PyTorch's default for matmuls); f16 / bf16 through the `GemmEx` calls with f32 accumulation
+//! (`CUBLAS_COMPUTE_32F`), as PyTorch. kiln's row-major `C[M,N] = A[M,K] B[K,N]` is cuBLAS's column-major
 //! `Cᵀ = Bᵀ Aᵀ`; each operand is passed as it is stored (row- or column-major through its
 //! strides), so transposed views need no copy.
 
 use crate::device::{DeviceBuffer, Gpu};
 use std::sync::Arc;
 use cudarc::cublas::{result, sys};
-use kiln_ir::{Error, Result};
+use kiln_ir::{DType, Error, Result};
+use std::ffi::c_void;
 use kiln_sched::BufView;
 
 /// How one operand is stored: `trans` when column-major, and its leading dimension.
@@ -58,15 +60,26 @@ pub(crate) struct MatmulPlan {
     b: Operand,
     a_offs: Vec<usize>,
     b_offs: Vec<usize>,
+    /// Bytes per element of the operands and the output.
+    elem: usize,
+    /// The cuBLAS type of 16-bit operands (the `GemmEx` calls); `None` for f32 (`sgemm`).
+    half: Option<sys::cudaDataType>,
     /// Batches whose offsets are not one stride apart: the device arrays of A, B and C
     /// pointers `cublasSgemmBatched` reads (set by [`MatmulPlan::bind`]).
     pointers: Option<DeviceBuffer>,
 }
 
 impl MatmulPlan {
-    /// Plans `a [.., M, K] @ b [.., K, N] -> out [.., M, N]` (dense), or `None` when an operand's
-    /// strides are not a matrix cuBLAS reads (the caller runs the step on the host).
-    pub fn new(inputs: &[BufView], out_shape: &[usize]) -> Result<Option<MatmulPlan>> {
+    /// Plans `a [.., M, K] @ b [.., K, N] -> out [.., M, N]` (dense, all of `dtype`), or `None`
+    /// when an operand's strides are not a matrix cuBLAS reads or `dtype` is not f32 / f16 /
+    /// bf16 (the caller runs the step on the host).
+    pub fn new(inputs: &[BufView], out_shape: &[usize], dtype: DType) -> Result<Option<MatmulPlan>> {
+        let half = match dtype {
+            DType::F32 => None,
+            DType::F16 => Some(sys::cudaDataType::CUDA_R_16F),
+            DType::BF16 => Some(sys::cudaDataType::CUDA_R_16BF),
+            _ => return Ok(None),
+        };
         let (a, b) = (&inputs[0], &inputs[1]);
         if a.shape.len() < 2 || b.shape.len() < 2 || out_shape.len() < 2 {
             return Err(Error::Graph(format!("matmul extern on ranks {} and {}", a.shape.len(), b.shape.len())));
@@ -84,7 +97,8 @@ impl MatmulPlan {
         if big || ao.ld >= i32::MAX as usize || bo.ld >= i32::MAX as usize {
             return Ok(None);
         }
-        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs: batch_offsets(a, batch), b_offs: batch_offsets(b, batch), pointers: None }))
+        let (a_offs, b_offs) = (batch_offsets(a, batch), batch_offsets(b, batch));
+        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs, b_offs, elem: dtype.size_of(), half, pointers: None }))
     }
 
     /// Fixes the buffers' addresses: a batch without one stride per operand gets its pointer
@@ -96,14 +110,19 @@ impl MatmulPlan {
         }
         let n = self.a_offs.len();
         let mut ptrs: Vec<u64> = Vec::with_capacity(3 * n);
-        ptrs.extend(self.a_offs.iter().map(|&o| a + 4 * o as u64));
-        ptrs.extend(self.b_offs.iter().map(|&o| b + 4 * o as u64));
-        ptrs.extend((0..n).map(|i| c + 4 * (i * self.m * self.n) as u64));
+        ptrs.extend(self.a_offs.iter().map(|&o| self.at(a, o)));
+        ptrs.extend(self.b_offs.iter().map(|&o| self.at(b, o)));
+        ptrs.extend((0..n).map(|i| self.at(c, i * self.m * self.n)));
         let bytes: Vec<u8> = ptrs.iter().flat_map(|p| p.to_le_bytes()).collect();
         let buf = gpu.alloc(bytes.len())?;
         gpu.write(buf.ptr(), &bytes)?;
         self.pointers = Some(buf);
         Ok(())
+    }
+
+    /// The address of element `off` of the buffer at `base`.
+    fn at(&self, base: u64, off: usize) -> u64 {
+        base + (self.elem * off) as u64
     }
 
     /// Runs the matmul on kiln's stream: `a`, `b` are the operands' buffer addresses (the
@@ -120,46 +139,50 @@ impl MatmulPlan {
         let op = |o: Operand| if o.col_major { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
         let (one, zero) = (1f32, 0f32);
         let (m, n, k) = (self.m as i32, self.n as i32, self.k as i32);
-        let addr = |base: u64, off: usize| (base + 4 * off as u64) as *const f32;
-        let err = |e| Error::Device(format!("cuBLAS sgemm [{}x{}]x[{}x{}]: {e:?}", self.m, self.k, self.k, self.n));
+        let addr = |base: u64, off: usize| self.at(base, off) as *const f32;
+        let call = if self.half.is_some() { "GemmEx" } else { "sgemm" };
+        let err = |e| Error::Device(format!("cuBLAS {call} [{}x{}]x[{}x{}]: {e:?}", self.m, self.k, self.k, self.n));
+        let (ob, oa, ldb, lda) = (op(self.b), op(self.a), self.b.ld as i32, self.a.ld as i32);
+        let (alpha, beta) = ((&one as *const f32).cast::<c_void>(), (&zero as *const f32).cast::<c_void>());
+        let (compute, algo) = (sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT);
         // Column-major: C^T (N x M) = B^T (N x K) * A^T (K x M).
         match (uniform(&self.a_offs), uniform(&self.b_offs)) {
             (Some(sa), Some(sb)) if batches <= i32::MAX as usize => unsafe {
+                let (pb, pa, stride_c) = (addr(b, self.b_offs[0]), addr(a, self.a_offs[0]), (self.m * self.n) as i64);
                 // SAFETY: per this function's contract.
-                result::sgemm_strided_batched(
-                    h, op(self.b), op(self.a), n, m, k, &one,
-                    addr(b, self.b_offs[0]), self.b.ld as i32, sb,
-                    addr(a, self.a_offs[0]), self.a.ld as i32, sa,
-                    &zero, c as *mut f32, n, (self.m * self.n) as i64, batches as i32,
-                )
-                .map_err(err)
+                match self.half {
+                    None => result::sgemm_strided_batched(h, ob, oa, n, m, k, &one, pb, ldb, sb, pa, lda, sa, &zero, c as *mut f32, n, stride_c, batches as i32).map_err(err),
+                    Some(t) => sys::cublasGemmStridedBatchedEx(
+                        h, ob, oa, n, m, k, alpha, pb.cast(), t, ldb, sb, pa.cast(), t, lda, sa, beta, c as *mut c_void, t, n, stride_c, batches as i32, compute, algo,
+                    )
+                    .result()
+                    .map_err(err),
+                }
             },
             _ if self.pointers.is_some() && batches <= i32::MAX as usize => {
                 let p = self.pointers.as_ref().map_or(0, DeviceBuffer::ptr);
-                let arr = |i: usize| (p + (8 * i * batches) as u64) as *const *const f32;
+                let arr = |i: usize| (p + (8 * i * batches) as u64) as *const *const c_void;
                 // SAFETY: the arrays hold `batches` pointers each into this plan's buffers.
                 unsafe {
-                    sys::cublasSgemmBatched(
-                        h, op(self.b), op(self.a), n, m, k, &one,
-                        arr(1), self.b.ld as i32,
-                        arr(0), self.a.ld as i32,
-                        &zero, arr(2) as *const *mut f32, n, batches as i32,
-                    )
+                    match self.half {
+                        None => sys::cublasSgemmBatched(h, ob, oa, n, m, k, &one, arr(1).cast(), ldb, arr(0).cast(), lda, &zero, arr(2) as *const *mut f32, n, batches as i32),
+                        Some(t) => sys::cublasGemmBatchedEx(h, ob, oa, n, m, k, alpha, arr(1), t, ldb, arr(0), t, lda, beta, arr(2) as *const *mut c_void, t, n, batches as i32, compute, algo),
+                    }
                     .result()
                     .map_err(err)
                 }
             }
             _ => {
                 for i in 0..batches {
+                    let (pb, pa, pc) = (addr(b, self.b_offs[i]), addr(a, self.a_offs[i]), self.at(c, i * self.m * self.n));
                     // SAFETY: per this function's contract.
                     unsafe {
-                        result::sgemm(
-                            h, op(self.b), op(self.a), n, m, k, &one,
-                            addr(b, self.b_offs[i]), self.b.ld as i32,
-                            addr(a, self.a_offs[i]), self.a.ld as i32,
-                            &zero, (c + 4 * (i * self.m * self.n) as u64) as *mut f32, n,
-                        )
-                        .map_err(err)?;
+                        match self.half {
+                            None => result::sgemm(h, ob, oa, n, m, k, &one, pb, ldb, pa, lda, &zero, pc as *mut f32, n).map_err(err)?,
+                            Some(t) => sys::cublasGemmEx(h, ob, oa, n, m, k, alpha, pb.cast(), t, ldb, pa.cast(), t, lda, beta, pc as *mut c_void, t, n, compute, algo)
+                                .result()
+                                .map_err(err)?,
+                        }
                     }
                 }
                 Ok(())

@@ -134,12 +134,14 @@ impl Executable {
                 StepKind::Kernel { kernel, args } => GpuStep::Kernel(call(kernel, args)?),
                 StepKind::Extern { op, inputs, out, out_shape, epilogue: e } => {
                     let y = ptrs[out.index()];
+                    // Inputs and output share the extern's dtype (f32, f16 or bf16).
+                    let dtype = program.buffer(*out).dtype;
                     let host = |op: Op| -> Result<GpuStep> {
-                        tracing::info!(target: "kiln::cuda", "{} {:?} -> {out_shape:?} runs on the host (no library path for these strides)", op.name(), inputs.iter().map(|v| &v.shape).collect::<Vec<_>>());
+                        tracing::info!(target: "kiln::cuda", "{} {:?} -> {out_shape:?} in {dtype} runs on the host (no library path for these strides or this type)", op.name(), inputs.iter().map(|v| &v.shape).collect::<Vec<_>>());
                         Ok(GpuStep::Host { op, inputs: inputs.clone(), out: y, epilogue: epilogue(e)? })
                     };
                     match op {
-                        ExternOp::MatMul => match MatmulPlan::new(inputs, out_shape)? {
+                        ExternOp::MatMul => match MatmulPlan::new(inputs, out_shape, dtype)? {
                             Some(mut plan) => {
                                 let (a, b) = (ptrs[inputs[0].buf.index()], ptrs[inputs[1].buf.index()]);
                                 plan.bind(gpu, a, b, y)?;
@@ -147,10 +149,10 @@ impl Executable {
                             }
                             None => host(Op::MatMul)?,
                         },
-                        ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape)? {
+                        ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape, dtype)? {
                             Some(plan) => {
                                 workspace = workspace.max(plan.workspace);
-                                let at = |v: &BufView| addr(ptrs[v.buf.index()], v, 4);
+                                let at = |v: &BufView| addr(ptrs[v.buf.index()], v, dtype.size_of());
                                 GpuStep::Conv { plan, x: at(&inputs[0]), w: at(&inputs[1]), bias: inputs.get(2).map(at), y, epilogue: epilogue(e)? }
                             }
                             None => host(Op::Conv2d(*attrs))?,
@@ -205,6 +207,14 @@ impl Executable {
     /// Steps that run on the host (reference kernels) rather than the GPU.
     pub fn host_steps(&self) -> usize {
         self.steps.iter().filter(|s| matches!(s, GpuStep::Host { .. })).count()
+    }
+
+    /// The op of each step that runs on the host, in step order.
+    pub fn host_ops(&self) -> impl Iterator<Item = &Op> {
+        self.steps.iter().filter_map(|s| match s {
+            GpuStep::Host { op, .. } => Some(op),
+            _ => None,
+        })
     }
 
     /// The GPU this runs on.

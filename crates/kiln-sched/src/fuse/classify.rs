@@ -30,11 +30,12 @@ impl Class {
     }
 }
 
-/// Classifies `id` (its inputs' literals are in `literals`).
+/// Classifies `id` (its inputs' literals are in `literals`). MatMul / Conv2d become externs
+/// when every input has one dtype listed in `extern_dtypes` (empty: externs disabled).
 pub(crate) fn classify(
     graph: &Graph,
     id: NodeId,
-    externs: bool,
+    extern_dtypes: &[DType],
     literals: &[Option<Literal>],
 ) -> Class {
     let node = graph.node(id);
@@ -84,17 +85,18 @@ pub(crate) fn classify(
         }
         Op::Reduce { .. } if dtype != DType::Bool => Class::Reduce,
         Op::MatMul | Op::Conv2d(_) => {
-            let f32_only = node.inputs.iter().all(|i| graph.ty(*i).dtype == DType::F32);
+            let dtype_ok = extern_dtypes.contains(&dtype)
+                && node.inputs.iter().all(|i| graph.ty(*i).dtype == dtype);
             let ranks_ok = match &node.op {
                 Op::MatMul => node.inputs.iter().all(|i| graph.ty(*i).shape.rank() >= 2),
                 _ => true,
             };
-            if !externs {
+            if extern_dtypes.is_empty() {
                 Class::Eval(format!(
                     "op not generated: {} (externs disabled)",
                     node.op.name()
                 ))
-            } else if !f32_only {
+            } else if !dtype_ok {
                 Class::Eval(format!("op not generated: {} on {dtype}", node.op.name()))
             } else if !ranks_ok {
                 Class::Eval("op not generated: matmul of a 1-D operand".into())

@@ -20,7 +20,7 @@ pub use report::{FusionReport, StepInfo, StepKindName};
 
 use crate::kernel::Literal;
 use classify::{Class, classify, constant_literal, strided_view};
-use kiln_ir::{Error, Graph, NodeId, Op, Result};
+use kiln_ir::{DType, Error, Graph, NodeId, Op, Result};
 use std::collections::{BTreeMap, BinaryHeap, HashSet};
 
 /// A pointwise value with several consumers is recomputed in each when inlining it costs at
@@ -68,12 +68,13 @@ pub(crate) struct Plan {
 
 const NONE: usize = usize::MAX;
 
-/// Plans `graph`. `isolate` names roots that must stay alone (lowering found they cannot be
-/// fused as planned).
+/// Plans `graph`. `extern_dtypes`: the dtypes MatMul / Conv2d externs may take (empty:
+/// none). `isolate` names roots that must stay alone (lowering found they cannot be fused as
+/// planned).
 pub(crate) fn plan(
     graph: &Graph,
     fuse: bool,
-    externs: bool,
+    extern_dtypes: &[DType],
     isolate: &HashSet<NodeId>,
 ) -> Result<Plan> {
     let n = graph.nodes.len();
@@ -138,7 +139,7 @@ pub(crate) fn plan(
             literal[i] = constant_literal(t);
         }
         class.push(if live[i] {
-            classify(graph, NodeId(i as u32), externs, &literal)
+            classify(graph, NodeId(i as u32), extern_dtypes, &literal)
         } else {
             Class::Source
         });

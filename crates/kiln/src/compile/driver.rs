@@ -76,6 +76,16 @@ impl Compiled {
         }
     }
 
+    /// The name of each op a GPU build runs on the host (reference kernels) rather than the
+    /// GPU, in step order; empty on the CPU.
+    pub fn host_ops(&self) -> Vec<String> {
+        match &self.runner {
+            #[cfg(feature = "cuda")]
+            Runner::Cuda(exe) => exe.host_ops().map(|op| op.name().to_string()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// What the compile did.
     pub fn report(&self) -> &CompileReport {
         &self.report
@@ -269,7 +279,12 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
     let t = Instant::now();
     // Eager on a GPU is the one-kernel-per-op baseline; on the CPU eager never gets here.
     let fuse = !(opts.mode == Mode::Eager && opts.device != crate::Device::Cpu);
-    let (mut program, fusion) = kiln_sched::schedule(&optimized, &ScheduleOptions { fuse, externs: true })?;
+    // cuBLAS / cuDNN take f16 / bf16 (accumulating in f32); the CPU runner's externs are f32.
+    let extern_dtypes = match opts.device {
+        crate::Device::Cpu => kiln_sched::CPU_EXTERN_DTYPES,
+        crate::Device::Cuda(_) => kiln_sched::GPU_EXTERN_DTYPES,
+    };
+    let (mut program, fusion) = kiln_sched::schedule(&optimized, &ScheduleOptions { fuse, externs: true, extern_dtypes })?;
     times.schedule = t.elapsed();
     tracing::info!(target: "kiln::fusion", "{} launches per run (eager {eager_kernels})\n{fusion}", program.launches());
 
