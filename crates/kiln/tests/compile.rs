@@ -83,7 +83,9 @@ fn random_graph_seeds_that_once_failed_match() {
     // 704110680085990719: rem by a computed gelu amplified a last-ulp difference.
     // 18163234434894124650: layer norm of equal values divided a last-ulp difference of the
     // mean by sqrt(1e-5) (the generator now uses eps 0.1).
-    for seed in [1138224827948315209, 704110680085990719, 18163234434894124650] {
+    // 14265309074092156389: sqrt of a layer norm of a padded (constant) row took the square
+    // root of cancellation noise (the generator now gives sqrt/log/reciprocal raw inputs only).
+    for seed in [1138224827948315209, 704110680085990719, 18163234434894124650, 14265309074092156389] {
         check_planned(seed).unwrap();
         check_compiled(seed).unwrap();
     }
