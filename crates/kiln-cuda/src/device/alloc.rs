@@ -111,7 +111,7 @@ impl Gpu {
 
     /// The out-of-memory error for a request of `bytes`, with the sizes involved.
     fn oom(&self, bytes: usize, pools: &Pools) -> Error {
-        let (free, total) = self.ctx_mem_info().unwrap_or((0, 0));
+        let (free, total) = self.mem_info().unwrap_or((0, 0));
         Error::Device(format!(
             "out of GPU memory on cuda:{}: asked for {:.1} MiB; kiln holds {:.1} MiB in live buffers \
              ({:.1} MiB reserved); the device has {:.1} MiB free of {:.1} MiB",
@@ -122,10 +122,6 @@ impl Gpu {
             free as f64 / MIB,
             total as f64 / MIB
         ))
-    }
-
-    fn ctx_mem_info(&self) -> Result<(usize, usize)> {
-        result::mem_get_info().map_err(|e| driver_error("reading device memory", e))
     }
 
     /// The allocator's statistics.

@@ -89,6 +89,11 @@ impl Gpu {
         self.capability
     }
 
+    /// The architecture number NVRTC compiles for (`90` for `sm_90`).
+    pub fn sm(&self) -> u32 {
+        (self.capability.0 * 10 + self.capability.1) as u32
+    }
+
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal()

@@ -58,11 +58,25 @@ fn math_type() -> sys::cudnnMathType_t {
 }
 
 fn dense_strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1].max(1);
+    kiln_ir::data::contiguous_strides(shape).into_iter().map(|s| s as usize).collect()
+}
+
+/// Why cuDNN's legacy API cannot take a conv as given (the step then runs on the host), or
+/// `None` when it can: it pads symmetrically, reads a dense filter and indexes with 32-bit ints.
+pub(crate) fn cudnn_refusal(attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize]) -> Option<&'static str> {
+    let [top, left, bottom, right] = attrs.padding;
+    let (x, w) = (&inputs[0], &inputs[1]);
+    let small = |n: usize| n < i32::MAX as usize;
+    let reach = x.shape.iter().zip(&x.strides).map(|(&d, &s)| d.saturating_sub(1) * s).sum::<usize>();
+    if top != bottom || left != right {
+        Some("asymmetric padding")
+    } else if w.strides != dense_strides(&w.shape) {
+        Some("the filter is not dense")
+    } else if !small(x.shape.iter().product()) || !small(reach) || !small(out_shape.iter().product()) {
+        Some("element counts past cuDNN's 32-bit indices")
+    } else {
+        None
     }
-    s
 }
 
 impl ConvPlan {
@@ -89,12 +103,8 @@ impl ConvPlan {
     }
 
     fn build(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], ty: sys::cudnnDataType_t) -> Result<Option<ConvPlan>> {
-        let [top, left, bottom, right] = attrs.padding;
         let (x, w) = (&inputs[0], &inputs[1]);
-        // cuDNN's legacy API indexes with 32-bit ints.
-        let small = |shape: &[usize]| shape.iter().product::<usize>() < i32::MAX as usize;
-        let reach = x.shape.iter().zip(&x.strides).map(|(&d, &s)| d.saturating_sub(1) * s).sum::<usize>();
-        if top != bottom || left != right || w.strides != dense_strides(&w.shape) || !small(&x.shape) || reach >= i32::MAX as usize || !small(out_shape) {
+        if cudnn_refusal(attrs, inputs, out_shape).is_some() {
             return Ok(None);
         }
         let handle = gpu.cudnn()?.0;
@@ -120,7 +130,7 @@ impl ConvPlan {
         unsafe {
             result::set_filternd_descriptor(wd, ty, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, 4, wdims.as_ptr()).map_err(|e| dnn("filter descriptor", e))?;
         }
-        let pads = [top as i32, left as i32];
+        let pads = [attrs.padding[0] as i32, attrs.padding[1] as i32];
         let strides = [attrs.stride[0] as i32, attrs.stride[1] as i32];
         let dil = [attrs.dilation[0] as i32, attrs.dilation[1] as i32];
         // SAFETY: as above.

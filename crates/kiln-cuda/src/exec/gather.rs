@@ -48,8 +48,7 @@ fn module(gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Arc<Module>> {
     if let Some(m) = m.as_ref() {
         return Ok(m.clone());
     }
-    let (major, minor) = gpu.capability();
-    let (cubin, _) = crate::nvrtc::cached_cubin(cache, SOURCE, (major * 10 + minor) as u32, &["--std=c++17"])?;
+    let (cubin, _) = crate::nvrtc::cached_cubin(cache, SOURCE, gpu.sm(), &["--std=c++17"])?;
     let loaded = Arc::new(Module::load(gpu, &cubin, &NAMES)?);
     *m = Some(loaded.clone());
     Ok(loaded)

@@ -51,6 +51,17 @@ fn uniform(offs: &[usize]) -> Option<i64> {
     offs.windows(2).all(|w| w[1] as i64 - w[0] as i64 == d).then_some(d)
 }
 
+/// How a plan issues its batch entries (one entry: `Strided`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Batching {
+    /// One strided-batched call: each operand's entries lie one stride (in elements) apart.
+    Strided { sa: i64, sb: i64 },
+    /// One batched call over device arrays of A, B and C pointers (set by [`MatmulPlan::bind`]).
+    Pointers,
+    /// One call per entry: more entries than cuBLAS's 32-bit batch count.
+    Loop,
+}
+
 /// A matmul step's shapes and per-batch offsets, fixed when the executable is built.
 pub(crate) struct MatmulPlan {
     m: usize,
@@ -64,6 +75,7 @@ pub(crate) struct MatmulPlan {
     elem: usize,
     /// The cuBLAS type of 16-bit operands (the `GemmEx` calls); `None` for f32 (`sgemm`).
     half: Option<sys::cudaDataType>,
+    batching: Batching,
     /// Batches whose offsets are not one stride apart: the device arrays of A, B and C
     /// pointers `cublasSgemmBatched` reads (set by [`MatmulPlan::bind`]).
     pointers: Option<DeviceBuffer>,
@@ -98,14 +110,28 @@ impl MatmulPlan {
             return Ok(None);
         }
         let (a_offs, b_offs) = (batch_offsets(a, batch), batch_offsets(b, batch));
-        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs, b_offs, elem: dtype.size_of(), half, pointers: None }))
+        let batching = match (uniform(&a_offs), uniform(&b_offs)) {
+            _ if a_offs.len() > i32::MAX as usize => Batching::Loop,
+            (Some(sa), Some(sb)) => Batching::Strided { sa, sb },
+            _ => Batching::Pointers,
+        };
+        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs, b_offs, elem: dtype.size_of(), half, batching, pointers: None }))
+    }
+
+    /// How the batch entries are issued.
+    pub fn batching(&self) -> Batching {
+        self.batching
+    }
+
+    /// Batch entries (1 for a plain matrix product).
+    pub fn batches(&self) -> usize {
+        self.a_offs.len()
     }
 
     /// Fixes the buffers' addresses: a batch without one stride per operand gets its pointer
     /// arrays uploaded once, so each run is one batched call rather than a call per entry.
     pub fn bind(&mut self, gpu: &Arc<Gpu>, a: u64, b: u64, c: u64) -> Result<()> {
-        let uniform_batches = uniform(&self.a_offs).is_some() && uniform(&self.b_offs).is_some();
-        if uniform_batches || self.a_offs.len() <= 1 {
+        if self.batching != Batching::Pointers {
             return Ok(());
         }
         let n = self.a_offs.len();
@@ -146,8 +172,8 @@ impl MatmulPlan {
         let (alpha, beta) = ((&one as *const f32).cast::<c_void>(), (&zero as *const f32).cast::<c_void>());
         let (compute, algo) = (sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT);
         // Column-major: C^T (N x M) = B^T (N x K) * A^T (K x M).
-        match (uniform(&self.a_offs), uniform(&self.b_offs)) {
-            (Some(sa), Some(sb)) if batches <= i32::MAX as usize => unsafe {
+        match self.batching {
+            Batching::Strided { sa, sb } => unsafe {
                 let (pb, pa, stride_c) = (addr(b, self.b_offs[0]), addr(a, self.a_offs[0]), (self.m * self.n) as i64);
                 // SAFETY: per this function's contract.
                 match self.half {
@@ -159,8 +185,8 @@ impl MatmulPlan {
                     .map_err(err),
                 }
             },
-            _ if self.pointers.is_some() && batches <= i32::MAX as usize => {
-                let p = self.pointers.as_ref().map_or(0, DeviceBuffer::ptr);
+            Batching::Pointers => {
+                let p = self.pointers.as_ref().map(DeviceBuffer::ptr).ok_or_else(|| Error::Device("batched matmul run before its pointers were bound".into()))?;
                 let arr = |i: usize| (p + (8 * i * batches) as u64) as *const *const c_void;
                 // SAFETY: the arrays hold `batches` pointers each into this plan's buffers.
                 unsafe {
@@ -172,7 +198,7 @@ impl MatmulPlan {
                     .map_err(err)
                 }
             }
-            _ => {
+            Batching::Loop => {
                 for i in 0..batches {
                     let (pb, pa, pc) = (addr(b, self.b_offs[i]), addr(a, self.a_offs[i]), self.at(c, i * self.m * self.n));
                     // SAFETY: per this function's contract.

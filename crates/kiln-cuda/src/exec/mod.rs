@@ -9,7 +9,7 @@ mod graph;
 mod host;
 mod matmul;
 
-use crate::codegen::{CudaSource, Launch, NVRTC_OPTIONS, render_cuda};
+use crate::codegen::{CudaSource, NVRTC_OPTIONS, render_cuda};
 use crate::device::{DeviceBuffer, Gpu, driver_error};
 use crate::module::Module;
 use conv::ConvPlan;
@@ -18,9 +18,20 @@ use graph::GraphReplay;
 use cudarc::driver::{result, sys};
 use kiln_ir::{Error, HostTensor, Op, Result};
 use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, Program, StepKind};
-use matmul::MatmulPlan;
+pub(crate) use conv::cudnn_refusal;
+pub(crate) use matmul::{Batching, MatmulPlan};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
+
+/// A CUDA event, destroyed when dropped (also when a timed run fails).
+struct Event(sys::CUevent);
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: an event this executable created; nothing uses it after this.
+        let _ = unsafe { result::event::destroy(self.0) };
+    }
+}
 
 /// A kernel launch with its arguments bound.
 struct KernelCall {
@@ -79,12 +90,10 @@ impl Executable {
         let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
         let source = render_cuda(&program)?;
         tracing::info!(target: "kiln::output_code", "generated CUDA C ({} kernels):\n{}", source.kernels.len(), source.source);
-        let (arch_major, arch_minor) = gpu.capability();
         let (module, cache_outcome) = if source.kernels.is_empty() {
             (None, None)
         } else {
-            let arch = (arch_major * 10 + arch_minor) as u32;
-            let (cubin, outcome) = crate::nvrtc::cached_cubin(cache, &source.source, arch, NVRTC_OPTIONS)?;
+            let (cubin, outcome) = crate::nvrtc::cached_cubin(cache, &source.source, gpu.sm(), NVRTC_OPTIONS)?;
             let names: Vec<&str> = source.kernels.iter().map(|k| k.name.as_str()).collect();
             (Some(Module::load(gpu, &cubin, &names)?), Some(outcome))
         };
@@ -108,21 +117,17 @@ impl Executable {
             };
         }
 
-        let launch_of = |name: &str| -> Result<(sys::CUfunction, Launch)> {
-            let info = source.kernels.iter().find(|k| k.name == name).ok_or_else(|| Error::Device(format!("kernel {name} was not rendered")))?;
-            let module = module.as_ref().ok_or_else(|| Error::Device("no kernels were compiled".into()))?;
-            Ok((module.function(name)?, info.launch))
-        };
         let call = |kernel: &kiln_sched::kernel::Kernel, args: &[kiln_sched::BufId]| -> Result<KernelCall> {
-            let (func, launch) = launch_of(&kernel.name)?;
-            let end = kernel.outer.first().map_or(1, |l| l.extent) as i64;
-            let points = kernel.outer_points() as u64;
+            let name = &kernel.name;
+            let info = source.kernels.iter().find(|k| &k.name == name).ok_or_else(|| Error::Device(format!("kernel {name} was not rendered")))?;
+            let module = module.as_ref().ok_or_else(|| Error::Device("no kernels were compiled".into()))?;
+            let end = kernel.outer.first().map_or(1, |l| l.extent);
             Ok(KernelCall {
-                func,
-                name: kernel.name.clone(),
-                grid: if points == 0 { (0, 0) } else { launch.grid(points) },
+                func: module.function(name)?,
+                name: name.clone(),
+                grid: info.grid(0, end),
                 args: args.iter().map(|a| ptrs[a.index()]).collect(),
-                range: [0, end],
+                range: [0, end as i64],
             })
         };
         let epilogue = |e: &Option<Epilogue>| e.as_ref().map(|e| call(&e.kernel, &e.args)).transpose();
@@ -242,7 +247,11 @@ impl Executable {
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.stage_inputs(inputs)?;
-        self.gpu.write(self.error_flag.ptr(), &[0; 4])?;
+        // Only gathers set the flag: programs without one skip its two copies.
+        let gathers = self.steps.iter().any(|s| matches!(s, GpuStep::Gather(_)));
+        if gathers {
+            self.gpu.write(self.error_flag.ptr(), &[0; 4])?;
+        }
         self.issue()?;
         let outs = self
             .program
@@ -250,7 +259,7 @@ impl Executable {
             .iter()
             .map(|(id, shape)| self.gpu.download(self.ptrs[id.index()], self.program.buffer(*id).dtype, shape))
             .collect::<Result<Vec<_>>>()?;
-        if self.gpu.read(self.error_flag.ptr(), 4)? != [0; 4] {
+        if gathers && self.gpu.read(self.error_flag.ptr(), 4)? != [0; 4] {
             return Err(Error::Value("gather: an index is out of range of the axis it indexes".into()));
         }
         Ok(outs)
@@ -265,19 +274,17 @@ impl Executable {
             self.issue()?;
         }
         self.gpu.synchronize()?;
-        let ev = || result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| driver_error("creating an event", e));
+        let ev = || result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map(Event).map_err(|e| driver_error("creating an event", e));
+        let (start, end) = (ev()?, ev()?);
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
-            let (start, end) = (ev()?, ev()?);
-            // SAFETY: fresh events recorded on kiln's live stream, destroyed after use.
+            // SAFETY: live events recorded on kiln's live stream.
             unsafe {
-                result::event::record(start, self.gpu.cu_stream()).map_err(|e| driver_error("recording an event", e))?;
+                result::event::record(start.0, self.gpu.cu_stream()).map_err(|e| driver_error("recording an event", e))?;
                 self.issue()?;
-                result::event::record(end, self.gpu.cu_stream()).map_err(|e| driver_error("recording an event", e))?;
-                result::event::synchronize(end).map_err(|e| driver_error("waiting for an event", e))?;
-                times.push(result::event::elapsed(start, end).map_err(|e| driver_error("reading an event", e))? as f64);
-                let _ = result::event::destroy(start);
-                let _ = result::event::destroy(end);
+                result::event::record(end.0, self.gpu.cu_stream()).map_err(|e| driver_error("recording an event", e))?;
+                result::event::synchronize(end.0).map_err(|e| driver_error("waiting for an event", e))?;
+                times.push(result::event::elapsed(start.0, end.0).map_err(|e| driver_error("reading an event", e))? as f64);
             }
         }
         Ok(times)

@@ -121,6 +121,27 @@ fn eager_fallback(graph: &Graph, mode: Mode, eager_kernels: usize, why: &str) ->
     Compiled { runner: Runner::Eager(graph.clone()), report: CompileReport::eager(mode, eager_kernels, Some(why.to_string())) }
 }
 
+/// The disk cache `opts` names (else the default one), or a temporary one when that cannot
+/// be used (said once per compile in the log).
+fn open_cache(opts: &CompileOptions) -> Result<DiskCache> {
+    match opts.cache_dir.as_ref().map(DiskCache::open).unwrap_or_else(DiskCache::open_default) {
+        Ok(cache) => Ok(cache),
+        Err(e) => {
+            tracing::warn!(target: "kiln::cache", "disk cache unusable ({e}); building in a temporary directory");
+            DiskCache::temp()
+        }
+    }
+}
+
+/// `hit`, `miss` or `rebuilt (why)`, as the report and `kiln bench` show a cache outcome.
+fn cache_label(outcome: &CacheOutcome) -> String {
+    match outcome {
+        CacheOutcome::Hit => "hit".to_string(),
+        CacheOutcome::Miss => "miss".to_string(),
+        CacheOutcome::Rebuilt { reason } => format!("rebuilt ({reason})"),
+    }
+}
+
 /// Compiles `graph` for inputs of the given shapes (symbolic dims are bound to them).
 pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -> Result<Compiled> {
     if let crate::Device::Cuda(ordinal) = opts.device {
@@ -159,13 +180,7 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
         .part("kiln", env!("CARGO_PKG_VERSION"))
         .part("cc", &toolchain.id())
         .part("cpu", &kiln_cpu::toolchain::cpu_features());
-    let cache = match opts.cache_dir.as_ref().map(DiskCache::open).unwrap_or_else(DiskCache::open_default) {
-        Ok(cache) => cache,
-        Err(e) => {
-            tracing::warn!(target: "kiln::cache", "disk cache unusable ({e}); building in a temporary directory");
-            DiskCache::temp()?
-        }
-    };
+    let cache = open_cache(opts)?;
     let built = cache.get_or_build(&key, "kernels.so", |path: &std::path::Path| {
         // The probe runs only when something must be built; its error says what to install.
         c_toolchain_works().map_err(|why| kiln_ir::Error::Unsupported(why.to_string()))?;
@@ -192,11 +207,7 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
         times.autotune = t.elapsed();
     }
 
-    report.cache = Some(match outcome {
-        CacheOutcome::Hit => "hit".to_string(),
-        CacheOutcome::Miss => "miss".to_string(),
-        CacheOutcome::Rebuilt { reason } => format!("rebuilt ({reason})"),
-    });
+    report.cache = Some(cache_label(&outcome));
     report.source = Some(source);
     report.times = times;
     tracing::info!(target: "kiln::graph", "compiled in {:.1} ms", report.times.total().as_secs_f64() * 1e3);
@@ -211,13 +222,7 @@ fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOption
     let (program, mut report) = plan(graph, input_shapes, opts)?;
     let mut times = std::mem::take(&mut report.times);
     let t = Instant::now();
-    let cache = match opts.cache_dir.as_ref().map(DiskCache::open).unwrap_or_else(DiskCache::open_default) {
-        Ok(cache) => cache,
-        Err(e) => {
-            tracing::warn!(target: "kiln::cache", "disk cache unusable ({e}); building in a temporary directory");
-            DiskCache::temp()?
-        }
-    };
+    let cache = open_cache(opts)?;
     let mut exe = kiln_cuda::Executable::new(program, &gpu, &cache)?;
     if opts.mode == Mode::ReduceOverhead {
         exe.replay_as_graph();
@@ -226,11 +231,7 @@ fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOption
     if exe.host_steps() > 0 {
         tracing::warn!(target: "kiln::cuda", "{} step(s) run on the host (no GPU path yet); see KILN_LOG=kiln::cuda=info", exe.host_steps());
     }
-    report.cache = exe.cache_outcome().map(|o| match o {
-        CacheOutcome::Hit => "hit".to_string(),
-        CacheOutcome::Miss => "miss".to_string(),
-        CacheOutcome::Rebuilt { reason } => format!("rebuilt ({reason})"),
-    });
+    report.cache = exe.cache_outcome().map(cache_label);
     report.source = Some(exe.source().source.clone());
     report.times = times;
     Ok(Compiled { runner: Runner::Cuda(exe), report })
