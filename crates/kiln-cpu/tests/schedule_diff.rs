@@ -456,3 +456,56 @@ fn reduction_read_at_another_row_is_not_a_local() {
     g.output(z);
     check(&g, &[f32_input(&[4, 4], 30)]);
 }
+
+fn reduce_sum(g: &mut Graph, x: NodeId, axes: &[usize], keep_dims: bool) -> NodeId {
+    let op = Op::Reduce { op: ReduceOp::Sum, axes: axes.to_vec(), keep_dims };
+    g.add(op, &[x]).unwrap()
+}
+
+#[test]
+fn extern_reading_a_reduction_through_an_output_reshape() {
+    // The reshape is a graph output in the reduction's kernel; the matmul reads the reduction
+    // through it as a strided view, so the reduction itself must be stored too.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[3, 5, 8]);
+    let s = reduce_sum(&mut g, x, &[1, 2], true);
+    let v = g.add(Op::Reshape(Shape::fixed(&[3])), &[s]).unwrap();
+    let w = g.constant(f32_input(&[3, 2], 41));
+    let m = g.add(Op::MatMul, &[v, w]).unwrap();
+    g.output(m);
+    g.output(v);
+    check(&g, &[f32_input(&[3, 5, 8], 40)]);
+}
+
+#[test]
+fn groups_that_would_read_each_other_stay_apart() {
+    // Two reductions a, b of one row; c reads a and b, d reads a and b. Merging c into a's
+    // kernel and d into b's would make each kernel wait for the other.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::I32, &[7]);
+    let a = reduce_sum(&mut g, x, &[0], true);
+    let p = g.add(Op::Pad { pads: vec![(1, 0)], mode: PadMode::Constant(0.5) }, &[x]).unwrap();
+    let b = reduce_sum(&mut g, p, &[0], true);
+    let ca = g.add(Op::Cast(DType::Bool), &[a]).unwrap();
+    let c = g.add(Op::Where, &[ca, b, a]).unwrap();
+    let m = g.add(Op::Binary(BinaryOp::Min), &[a, p]).unwrap();
+    let cm = g.add(Op::Cast(DType::Bool), &[m]).unwrap();
+    let d = g.add(Op::Where, &[cm, b, m]).unwrap();
+    g.output(d);
+    g.output(c);
+    let xs = HostTensor::from_vec(vec![3i32, -1, 0, 4, -2, 2, -6], &[7]).unwrap();
+    check(&g, &[xs]);
+}
+
+#[test]
+fn matmul_epilogue_over_an_empty_output() {
+    // An extern's epilogue splits its row index by the output's dims; a zero dim must not
+    // divide by zero.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[0, 3, 7]);
+    let w = g.constant(f32_input(&[7, 4], 43));
+    let m = g.add(Op::MatMul, &[x, w]).unwrap();
+    let r = g.add(Op::Unary(UnaryOp::Relu), &[m]).unwrap();
+    g.output(r);
+    check(&g, &[HostTensor::from_vec(Vec::<f32>::new(), &[0, 3, 7]).unwrap()]);
+}

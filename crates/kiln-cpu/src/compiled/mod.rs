@@ -27,6 +27,7 @@ pub use executable::{Executable, check_steps, place_temps};
 pub use interp::InterpKernels;
 pub use launch::LaunchKernel;
 pub use profile::{StepTime, profile};
+pub use steps::describe;
 pub use tuning::{StepTuning, Tuning};
 
 use kiln_ir::{HostTensor, Result};

@@ -74,7 +74,7 @@ pub(crate) fn run_step(
 /// A one-line description of a step for reports (`kiln bench --profile`, max-autotune's log):
 /// `kernel NAME`, `matmul [inputs' shapes] -> [out] + EPILOGUE`, `conv2d s[stride] ..`,
 /// `eval OP -> [out]`.
-pub(crate) fn describe(k: &StepKind) -> String {
+pub fn describe(k: &StepKind) -> String {
     match k {
         StepKind::Kernel { kernel, .. } => format!("kernel {}", kernel.name),
         StepKind::Eval { op, out_shape, .. } => format!("eval {} -> {out_shape:?}", op.name()),

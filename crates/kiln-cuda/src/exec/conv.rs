@@ -27,7 +27,7 @@ pub(crate) struct ConvPlan {
     conv: sys::cudnnConvolutionDescriptor_t,
     y: sys::cudnnTensorDescriptor_t,
     bias: Option<sys::cudnnTensorDescriptor_t>,
-    algo: sys::cudnnConvolutionFwdAlgo_t,
+    pub(crate) algo: sys::cudnnConvolutionFwdAlgo_t,
     /// Workspace bytes the algorithm needs.
     pub workspace: usize,
 }

@@ -321,31 +321,100 @@ impl Executable {
     /// Issues the steps one by one.
     fn issue_steps(&self) -> Result<()> {
         for step in &self.steps {
-            match step {
-                GpuStep::Kernel(k) => self.launch(k)?,
-                GpuStep::Matmul { plan, a, b, c, epilogue } => {
-                    // SAFETY: the addresses are this program's buffers, which the plan was made for.
-                    unsafe { plan.run(&self.gpu, *a, *b, *c)? };
-                    self.launch_opt(epilogue)?;
-                }
-                GpuStep::Conv { plan, x, w, bias, y, epilogue } => {
-                    let ws = self.workspace.as_ref().map_or(0, DeviceBuffer::ptr);
-                    // SAFETY: as above; the workspace is the largest any plan asked for.
-                    unsafe { plan.run(&self.gpu, *x, *w, *bias, *y, ws)? };
-                    self.launch_opt(epilogue)?;
-                }
-                GpuStep::Gather(g) => g.launch(&self.gpu, self.error_flag.ptr())?,
-                GpuStep::Host { op, inputs, out, epilogue } => {
-                    host::eval_on_host(&self.gpu, &self.program, &self.ptrs, op, inputs, *out)?;
-                    self.launch_opt(epilogue)?;
-                }
-            }
+            self.issue_step(step, &mut || Ok(()))?;
         }
         Ok(())
     }
 
-    fn launch_opt(&self, k: &Option<KernelCall>) -> Result<()> {
-        k.as_ref().map_or(Ok(()), |k| self.launch(k))
+    /// Issues one step; `between` runs after its kernel or library call, before its epilogue.
+    fn issue_step(&self, step: &GpuStep, between: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let epilogue = match step {
+            GpuStep::Kernel(k) => {
+                self.launch(k)?;
+                None
+            }
+            GpuStep::Matmul { plan, a, b, c, epilogue } => {
+                // SAFETY: the addresses are this program's buffers, which the plan was made for.
+                unsafe { plan.run(&self.gpu, *a, *b, *c)? };
+                epilogue.as_ref()
+            }
+            GpuStep::Conv { plan, x, w, bias, y, epilogue } => {
+                let ws = self.workspace.as_ref().map_or(0, DeviceBuffer::ptr);
+                // SAFETY: as above; the workspace is the largest any plan asked for.
+                unsafe { plan.run(&self.gpu, *x, *w, *bias, *y, ws)? };
+                epilogue.as_ref()
+            }
+            GpuStep::Gather(g) => {
+                g.launch(&self.gpu, self.error_flag.ptr())?;
+                None
+            }
+            GpuStep::Host { op, inputs, out, epilogue } => {
+                host::eval_on_host(&self.gpu, &self.program, &self.ptrs, op, inputs, *out)?;
+                epilogue.as_ref()
+            }
+        };
+        between()?;
+        epilogue.map_or(Ok(()), |k| self.launch(k))
+    }
+
+    /// Device time of every step over `runs` runs (at least 1), each step's kernel or library
+    /// call and its epilogue timed apart with CUDA events: each part's median, and the median
+    /// whole run (parts timed back to back, so their sum is close to it).
+    pub fn profile(&self, inputs: &[HostTensor], runs: usize) -> Result<(Vec<kiln_cpu::compiled::StepTime>, std::time::Duration)> {
+        let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.stage_inputs(inputs)?;
+        self.gpu.bind()?;
+        // One warm-up run: lazy module loading and library heuristics are not the steps' time.
+        self.issue_steps()?;
+        let ev = || result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map(Event).map_err(|e| driver_error("creating an event", e));
+        let record = |e: &Event| {
+            // SAFETY: a live event recorded on kiln's live stream.
+            unsafe { result::event::record(e.0, self.gpu.cu_stream()) }.map_err(|e| driver_error("recording an event", e))
+        };
+        let elapsed = |a: &Event, b: &Event| {
+            // SAFETY: both events were recorded and `b` has completed (synchronised below).
+            unsafe { result::event::elapsed(a.0, b.0) }.map(|ms| ms as f64).map_err(|e| driver_error("reading an event", e))
+        };
+        let marks: Vec<[Event; 3]> = self.steps.iter().map(|_| Ok([ev()?, ev()?, ev()?])).collect::<Result<_>>()?;
+        let runs = runs.max(1);
+        let mut parts: Vec<[Vec<f64>; 2]> = self.steps.iter().map(|_| [Vec::new(), Vec::new()]).collect();
+        let mut whole = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            for (step, m) in self.steps.iter().zip(&marks) {
+                record(&m[0])?;
+                self.issue_step(step, &mut || record(&m[1]))?;
+                record(&m[2])?;
+            }
+            self.gpu.synchronize()?;
+            let mut total = 0.0;
+            for (p, m) in parts.iter_mut().zip(&marks) {
+                let (main, epi) = (elapsed(&m[0], &m[1])?, elapsed(&m[1], &m[2])?);
+                p[0].push(main);
+                p[1].push(epi);
+                total += main + epi;
+            }
+            whole.push(total);
+        }
+        let ms = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            std::time::Duration::from_secs_f64(v.get(v.len() / 2).copied().unwrap_or(0.0) / 1e3)
+        };
+        let mut out = Vec::new();
+        for (i, (step, p)) in self.steps.iter().zip(parts.iter_mut()).enumerate() {
+            let what = kiln_cpu::compiled::describe(&self.program.steps[i].kind);
+            let (main, epi) = match step {
+                GpuStep::Kernel(_) => (what, None),
+                GpuStep::Matmul { epilogue, .. } => (format!("cuBLAS {what}"), epilogue.as_ref()),
+                GpuStep::Conv { plan, epilogue, .. } => (format!("cuDNN algo {} {what}", plan.algo as i32), epilogue.as_ref()),
+                GpuStep::Gather(_) => (format!("gather kernel {what}"), None),
+                GpuStep::Host { epilogue, .. } => (format!("host {what}"), epilogue.as_ref()),
+            };
+            out.push(kiln_cpu::compiled::StepTime { step: i, what: main, median: ms(&mut p[0]) });
+            if let Some(k) = epi {
+                out.push(kiln_cpu::compiled::StepTime { step: i, what: format!("epilogue {}", k.name), median: ms(&mut p[1]) });
+            }
+        }
+        Ok((out, ms(&mut whole)))
     }
 
     fn launch(&self, k: &KernelCall) -> Result<()> {

@@ -456,6 +456,17 @@ pub(crate) fn plan(
                     .any(|s| group_of[s.index()] != group_of[i]);
         }
     }
+    // An extern or eval may read a root through a view whose own node is a root too (an
+    // output reshape of a reduction): the flow above ends at that view, so mark the base here.
+    for i in 0..n {
+        if matches!(class[i], Class::Extern(_) | Class::Eval(_)) {
+            for r in &reads[i] {
+                if mat[r.index()] && group_of[r.index()] != group_of[i] {
+                    stored[r.index()] = true;
+                }
+            }
+        }
+    }
     Ok(Plan {
         shapes,
         class,
@@ -642,10 +653,12 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// True when a path leaves groups `a`∪`b` through another root and comes back.
+    /// True when a path leaves groups `a`∪`b` through another root and comes back. Another
+    /// group runs as one step, so reaching any of its roots continues from all of them.
     fn makes_cycle(&self, a: usize, b: usize) -> bool {
         let inside = |x: NodeId| self.group_of[x.index()] == a || self.group_of[x.index()] == b;
         let mut seen = vec![0u8; self.shapes.len()];
+        let mut left = vec![false; self.groups.len()];
         let mut stack: Vec<(NodeId, bool)> = Vec::new();
         for g in [a, b] {
             if let Some(grp) = &self.groups[g] {
@@ -668,6 +681,15 @@ impl Builder<'_> {
             }
             seen[v.index()] |= bit;
             stack.extend(self.consumers[v.index()].iter().map(|&c| (c, out)));
+            let g = self.group_of[v.index()];
+            if self.mat[v.index()] && g != NONE && !left[g] {
+                left[g] = true;
+                if let Some(grp) = &self.groups[g] {
+                    for &m in &grp.members {
+                        stack.extend(self.consumers[m.index()].iter().map(|&c| (c, true)));
+                    }
+                }
+            }
         }
         false
     }

@@ -125,8 +125,12 @@ pub(crate) fn linear(shape: &[usize], ix: &[Idx]) -> Idx {
         .fold(Idx::Const(0), |acc, (&s, i)| acc.add(i.clone().mul(s)))
 }
 
-/// `flat` (an offset in `0..Π shape`) split into per-dim indices of `shape`.
+/// `flat` (an offset in `0..Π shape`) split into per-dim indices of `shape`. An empty
+/// `shape` (a zero dim) has no points: its indices are never evaluated, so they are all 0.
 pub(crate) fn delinearize(vars: &Vars, flat: &Idx, shape: &[usize]) -> Vec<Idx> {
+    if shape.contains(&0) {
+        return vec![Idx::Const(0); shape.len()];
+    }
     let st = strides(shape);
     shape
         .iter()

@@ -63,8 +63,8 @@ impl Compiled {
         }
     }
 
-    /// Times every step over `runs` runs (see [`kiln_cpu::compiled::profile`]); `None` when
-    /// this runs eagerly (nothing was compiled).
+    /// Times every step over `runs` runs (see [`kiln_cpu::compiled::profile`]; on a GPU, device
+    /// times of each library call and epilogue apart); `None` when this runs eagerly.
     pub fn profile(
         &self,
         inputs: &[HostTensor],
@@ -72,6 +72,8 @@ impl Compiled {
     ) -> Result<Option<(Vec<kiln_cpu::compiled::StepTime>, std::time::Duration)>> {
         match &self.runner {
             Runner::Program(exe) => kiln_cpu::compiled::profile(exe, inputs, runs).map(Some),
+            #[cfg(feature = "cuda")]
+            Runner::Cuda(exe) => exe.profile(inputs, runs).map(Some),
             _ => Ok(None),
         }
     }
