@@ -111,13 +111,16 @@ def main():
     a = ap.parse_args()
     cases = CASES if a.cases == "all" else [c for c in CASES if f"{c[0]}:{c[1]}" in a.cases.split(",")]
     rows = []
-    for name, batch, seq in cases:
-        rows += kiln_runs(a.kiln, name, batch, seq, a.iters, a.warmup, a.kiln_modes.split(","))
-        if a.torch_modes:
-            rows += torch_runs(name, batch, seq, a.iters, a.warmup, a.torch_modes.split(","))
     os.makedirs(a.out, exist_ok=True)
+    # Lines are written as each case ends, so a run cut short keeps what it measured.
     with open(os.path.join(a.out, "gpu_bench.jsonl"), "w") as f:
-        for r in rows: f.write(json.dumps(r) + "\n")
+        for name, batch, seq in cases:
+            new = kiln_runs(a.kiln, name, batch, seq, a.iters, a.warmup, a.kiln_modes.split(","))
+            if a.torch_modes:
+                new += torch_runs(name, batch, seq, a.iters, a.warmup, a.torch_modes.split(","))
+            for r in new: f.write(json.dumps(r) + "\n")
+            f.flush()
+            rows += new
     lines = ["| model | batch | runner | median ms | kernels | peak MB | first call s |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
