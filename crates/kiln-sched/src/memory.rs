@@ -11,6 +11,10 @@
 //!   has the same element size and count, and is only loaded at exactly the store's index:
 //!   each point reads its element before writing the same element, and no other point touches
 //!   it. The pair (and chains of such pairs: `x → relu → sigmoid`) becomes one allocation.
+//!   The same holds for an extern's epilogue and the extern's own result when nothing else
+//!   reads that result: the library call writes it whole (or, on the CPU, each block of rows
+//!   before the epilogue runs on them), and the epilogue then overwrites it element by
+//!   element (conv + BatchNorm + ReLU keeps one feature map, not two).
 //!   A renderer must not mark such a pair's pointers `restrict`.
 //! - Placement is greedy by size with best fit (as TFLite's arena planner): allocations are
 //!   placed largest first, each into the smallest gap left between the already placed ones
@@ -88,14 +92,16 @@ pub fn live_intervals(p: &Program) -> Vec<Interval> {
     live
 }
 
-/// For step `step` (a kernel), the temporary input whose place its output may take, if the
-/// in-place rule of the module docs holds: `(input, output)`.
+/// For step `step` (a kernel, or an extern's epilogue with `extern_out` the extern's result),
+/// the temporary input whose place its output may take, if the in-place rule of the module
+/// docs holds: `(input, output)`. Only `extern_out` qualifies in an epilogue.
 fn in_place_pair(
     p: &Program,
     live: &[Interval],
     step: usize,
     kernel: &Kernel,
     args: &[BufId],
+    extern_out: Option<BufId>,
 ) -> Option<(BufId, BufId)> {
     let [
         Stage::Store {
@@ -140,16 +146,18 @@ fn in_place_pair(
     let is_output = |b: BufId| p.outputs.iter().any(|(o, _)| *o == b);
     args.iter()
         .copied()
-        .filter(|&b| b != out)
+        .filter(|&b| b != out && extern_out.is_none_or(|x| x == b))
         .find(|&b| {
             let Some(buf) = p.buffers.get(b.index()) else {
                 return false;
             };
+            // An extern's result is written at this very step, before its epilogue runs.
+            let born_before = |s: usize| s < step || extern_out == Some(b);
             buf.kind == BufKind::Temp
                 && buf.numel == out_buf.numel
                 && buf.dtype.size_of() == out_buf.dtype.size_of()
                 && !is_output(b)
-                && matches!(live[b.index()], Some((s, e)) if s < step && e == step)
+                && matches!(live[b.index()], Some((s, e)) if born_before(s) && e == step)
                 && loads_of(b).next().is_some()
                 && loads_of(b).all(same_index)
         })
@@ -172,9 +180,16 @@ pub fn plan_memory(p: &Program) -> MemoryPlan {
     let mut root: Vec<usize> = (0..p.buffers.len()).collect();
     let mut in_place = 0usize;
     for (i, step) in p.steps.iter().enumerate() {
-        if let StepKind::Kernel { kernel, args } = &step.kind
-            && let Some((inp, out)) = in_place_pair(p, &live, i, kernel, args)
-        {
+        let pair = match &step.kind {
+            StepKind::Kernel { kernel, args } => in_place_pair(p, &live, i, kernel, args, None),
+            StepKind::Extern {
+                out,
+                epilogue: Some(e),
+                ..
+            } => in_place_pair(p, &live, i, &e.kernel, &e.args, Some(*out)),
+            _ => None,
+        };
+        if let Some((inp, out)) = pair {
             root[out.index()] = root[inp.index()];
             in_place += 1;
         }

@@ -159,11 +159,18 @@ fn reference_live(p: &Program) -> Vec<Option<(usize, usize)>> {
     live
 }
 
-/// True when step `at` is a one-store kernel writing `later` at index I that loads `earlier`
-/// only at I: the in-place pair the planner may sanction.
+/// True when step `at` is a one-store kernel (or an extern whose result is `earlier`, with
+/// such an epilogue) writing `later` at index I that loads `earlier` only at I: the in-place
+/// pair the planner may sanction.
 fn sanctioned(p: &Program, at: usize, earlier: BufId, later: BufId) -> bool {
-    let StepKind::Kernel { kernel, args } = &p.steps[at].kind else {
-        return false;
+    let (kernel, args) = match &p.steps[at].kind {
+        StepKind::Kernel { kernel, args } => (kernel, args),
+        StepKind::Extern {
+            out,
+            epilogue: Some(e),
+            ..
+        } if *out == earlier => (&e.kernel, &e.args),
+        _ => return false,
     };
     let [Stage::Store { arg, index, .. }] = kernel.stages.as_slice() else {
         return false;
@@ -648,4 +655,66 @@ fn simulator_catches_a_wrong_in_place_plan() {
     };
     assert!(check_plan(&p, &wrong).is_err());
     assert_ne!(simulate(&p, Some(&wrong)), simulate(&p, None));
+}
+
+/// Appends a matmul extern writing `m` (32 x 32 of `x`) whose epilogue is
+/// `e[v0] = relu(m[read(v0)])`.
+fn matmul_with_epilogue(p: &mut Program, x: BufId, m: BufId, e: BufId, read: Read) {
+    pointwise(p, &[(m, read)], e, Some(UnaryOp::Relu));
+    let Some(Step { kind: StepKind::Kernel { kernel, args }, .. }) = p.steps.pop() else {
+        unreachable!("pointwise pushes a kernel step")
+    };
+    let view = BufView { buf: x, offset: 0, shape: vec![32, 32], strides: vec![32, 1] };
+    p.steps.push(Step {
+        kind: StepKind::Extern {
+            op: ExternOp::MatMul,
+            inputs: vec![view.clone(), view],
+            out: m,
+            out_shape: vec![32, 32],
+            epilogue: Some(Epilogue { kernel, args }),
+        },
+        nodes: vec![],
+    });
+}
+
+#[test]
+fn an_epilogue_overwrites_its_externs_result_in_place() {
+    let mut p = program();
+    let x = input(&mut p, DType::F32, 1024);
+    let m = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    let e = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    let t = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    matmul_with_epilogue(&mut p, x, m, e, Read::Same);
+    pointwise(&mut p, &[(e, Read::Reversed)], t, None);
+    output(&mut p, t);
+    let plan = plan_memory(&p);
+    check_plan(&p, &plan).unwrap();
+    assert_eq!(off(&plan, m), off(&plan, e), "the epilogue writes over the extern's result");
+    assert_eq!(plan.arena_bytes, 2 * 4096);
+}
+
+#[test]
+fn an_epilogue_keeps_apart_from_a_result_read_elsewhere_or_transposed() {
+    // The extern's result is also read by a later step: it must outlive the epilogue.
+    let mut p = program();
+    let x = input(&mut p, DType::F32, 1024);
+    let m = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    let e = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    let t = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    matmul_with_epilogue(&mut p, x, m, e, Read::Same);
+    pointwise(&mut p, &[(e, Read::Same), (m, Read::Same)], t, None);
+    output(&mut p, t);
+    let plan = plan_memory(&p);
+    check_plan(&p, &plan).unwrap();
+    assert_ne!(off(&plan, m), off(&plan, e));
+    // The epilogue reads its result transposed: element i is read after another point wrote it.
+    let mut p = program();
+    let x = input(&mut p, DType::F32, 1024);
+    let m = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    let e = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    matmul_with_epilogue(&mut p, x, m, e, Read::Transpose(32, 32));
+    output(&mut p, e);
+    let plan = plan_memory(&p);
+    check_plan(&p, &plan).unwrap();
+    assert_ne!(off(&plan, m), off(&plan, e));
 }
