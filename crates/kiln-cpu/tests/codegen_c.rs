@@ -607,7 +607,7 @@ fn peeled_pad_case(name: &str, cols: [(i64, i64); 2]) -> Case {
         },
         DType::Bool,
     );
-    let mut read = |k: &mut Kernel, col: Idx| {
+    let read = |k: &mut Kernel, col: Idx| {
         let col_ok = k.push(
             Expr::InRange {
                 index: col.clone(),

@@ -86,6 +86,7 @@ impl Executable {
     /// Binds `program` to `gpu`: renders and compiles its kernels (cubin from `cache` when
     /// there), uploads its constants and allocates its memory.
     pub fn new(program: Program, gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Executable> {
+        let began = std::time::Instant::now();
         kiln_cpu::compiled::check_steps(&program)?;
         let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
         let source = render_cuda(&program)?;
@@ -98,6 +99,7 @@ impl Executable {
             (Some(Module::load(gpu, &cubin, &names)?), Some(outcome))
         };
 
+        let kernels_done = began.elapsed();
         let arena = gpu.alloc(arena_bytes)?;
         let mut consts = Vec::new();
         let mut staging = Vec::new();
@@ -132,6 +134,7 @@ impl Executable {
         };
         let epilogue = |e: &Option<Epilogue>| e.as_ref().map(|e| call(&e.kernel, &e.args)).transpose();
 
+        let memory_done = began.elapsed();
         let mut steps = Vec::with_capacity(program.steps.len());
         let mut workspace = 0usize;
         for step in &program.steps {
@@ -181,6 +184,15 @@ impl Executable {
         }
         let workspace = if workspace > 0 { Some(gpu.alloc(workspace)?) } else { None };
         let error_flag = gpu.alloc(4)?;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        tracing::info!(
+            target: "kiln::cuda",
+            "executable built in {:.1} ms: kernels {:.1} ms (render, NVRTC or the cache, load), arena and constants {:.1} ms, library plans {:.1} ms",
+            ms(began.elapsed()),
+            ms(kernels_done),
+            ms(memory_done - kernels_done),
+            ms(began.elapsed() - memory_done),
+        );
         Ok(Executable {
             gpu: gpu.clone(),
             program,

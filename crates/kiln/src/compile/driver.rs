@@ -220,7 +220,9 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
 /// calls ([`kiln_cuda::Executable`]).
 #[cfg(feature = "cuda")]
 fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions, ordinal: usize) -> Result<Compiled> {
+    let opened = Instant::now();
     let gpu = kiln_cuda::Gpu::open(ordinal)?;
+    let opened = opened.elapsed();
     let (program, mut report) = plan(graph, input_shapes, opts)?;
     let mut times = std::mem::take(&mut report.times);
     let t = Instant::now();
@@ -236,6 +238,16 @@ fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOption
     report.cache = exe.cache_outcome().map(cache_label);
     report.source = Some(exe.source().source.clone());
     report.times = times;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    tracing::info!(
+        target: "kiln::cuda",
+        "compiled in {:.1} ms (device open {:.1}, passes {:.1}, schedule {:.1}, executable {:.1})",
+        ms(opened + report.times.total()),
+        ms(opened),
+        ms(report.times.passes),
+        ms(report.times.schedule),
+        ms(report.times.build)
+    );
     Ok(Compiled { runner: Runner::Cuda(exe), report })
 }
 
