@@ -46,7 +46,7 @@ fn check(g: &Graph, inputs: &[HostTensor]) {
             ..ScheduleOptions::default()
         },
         ScheduleOptions {
-            externs: false,
+            extern_dtypes: &[],
             ..ScheduleOptions::default()
         },
     ] {

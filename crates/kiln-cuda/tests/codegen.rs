@@ -121,15 +121,14 @@ fn reduce(g: &mut Graph, op: ReduceOp, axes: &[usize], keep_dims: bool, x: NodeI
 /// Schedules `g` (fused, with and without externs), renders and compiles each program.
 fn programs(what: &str, g: &Graph) -> Vec<(Program, CudaSource)> {
     let g = decompose(g).unwrap();
-    [true, false]
+    [GPU_EXTERN_DTYPES, &[]]
         .into_iter()
-        .map(|externs| {
+        .map(|extern_dtypes| {
             let (p, _) = schedule(
                 &g,
                 &ScheduleOptions {
                     fuse: true,
-                    externs,
-                    extern_dtypes: GPU_EXTERN_DTYPES,
+                    extern_dtypes,
                 },
             )
             .unwrap();
@@ -782,7 +781,7 @@ fn gpu_results_match_the_interpreter() {
         let (p, _) = schedule(
             &g,
             &ScheduleOptions {
-                externs: false,
+                extern_dtypes: &[],
                 ..ScheduleOptions::default()
             },
         )

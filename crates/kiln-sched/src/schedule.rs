@@ -12,12 +12,10 @@ pub struct ScheduleOptions {
     /// Fuse ops into kernels; `false` gives one step per compute op (the baseline that
     /// counts kernels).
     pub fuse: bool,
-    /// Run MatMul / Conv2d as library calls ([`crate::StepKind::Extern`]); `false`
-    /// evaluates them with the reference kernels.
-    pub externs: bool,
-    /// The dtypes an extern may take (all its inputs one of these); MatMul / Conv2d on other
-    /// dtypes are evaluated by the reference kernels. [`CPU_EXTERN_DTYPES`] (f32) by default,
-    /// as the CPU runner's externs are f32 only; [`GPU_EXTERN_DTYPES`] for cuBLAS / cuDNN.
+    /// The dtypes MatMul / Conv2d run as library calls ([`crate::StepKind::Extern`]) in (all
+    /// inputs one of these); on other dtypes, or with none listed, they are evaluated by the
+    /// reference kernels. [`CPU_EXTERN_DTYPES`] (f32) by default, as the CPU runner's externs
+    /// are f32 only; [`GPU_EXTERN_DTYPES`] for cuBLAS / cuDNN; `&[]` turns externs off.
     pub extern_dtypes: &'static [DType],
 }
 
@@ -31,7 +29,6 @@ impl Default for ScheduleOptions {
     fn default() -> Self {
         ScheduleOptions {
             fuse: true,
-            externs: true,
             extern_dtypes: CPU_EXTERN_DTYPES,
         }
     }
@@ -43,8 +40,7 @@ pub fn schedule(graph: &Graph, opts: &ScheduleOptions) -> kiln_ir::Result<(Progr
     let mut isolate: HashSet<NodeId> = HashSet::new();
     // Each retry keeps one more root alone, so this ends within the node count.
     for _ in 0..=graph.nodes.len() {
-        let extern_dtypes = if opts.externs { opts.extern_dtypes } else { &[] };
-        let plan = fuse::plan(graph, opts.fuse, extern_dtypes, &isolate)?;
+        let plan = fuse::plan(graph, opts.fuse, opts.extern_dtypes, &isolate)?;
         match lower::lower(graph, &plan) {
             Ok((program, steps)) => {
                 let compute_ops = plan

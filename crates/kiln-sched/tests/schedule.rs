@@ -10,12 +10,10 @@ use kiln_sched::{CPU_EXTERN_DTYPES, Expr, ExternOp, GPU_EXTERN_DTYPES, ScheduleO
 
 const FUSE: ScheduleOptions = ScheduleOptions {
     fuse: true,
-    externs: true,
     extern_dtypes: CPU_EXTERN_DTYPES,
 };
 const NOFUSE: ScheduleOptions = ScheduleOptions {
     fuse: false,
-    externs: true,
     extern_dtypes: CPU_EXTERN_DTYPES,
 };
 
@@ -174,7 +172,7 @@ fn conv_bias_relu_residual_is_one_extern_with_epilogue() {
     let k = kinds(
         &g,
         &ScheduleOptions {
-            externs: false,
+            extern_dtypes: &[],
             ..FUSE
         },
     );
@@ -533,8 +531,8 @@ fn half_matmul_and_conv_are_externs_only_where_the_extern_dtypes_allow() {
         // The GPU's: both are library calls, the relu the matmul's epilogue.
         let (ops, evals) = externs_and_evals(&g, &gpu);
         assert_eq!((ops, evals), (vec![ExternOp::MatMul, ExternOp::Conv2d(attrs)], 0), "{dt}");
-        // Externs off wins over the dtypes.
-        let off = ScheduleOptions { externs: false, ..gpu };
+        // No extern dtypes: externs off.
+        let off = ScheduleOptions { extern_dtypes: &[], ..gpu };
         assert_eq!(externs_and_evals(&g, &off), (vec![], 2), "{dt}");
     }
     // Mixed dtypes are never an extern (the library calls take one type).

@@ -299,7 +299,7 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
         crate::Device::Cpu => kiln_sched::CPU_EXTERN_DTYPES,
         crate::Device::Cuda(_) => kiln_sched::GPU_EXTERN_DTYPES,
     };
-    let (mut program, fusion) = kiln_sched::schedule(&optimized, &ScheduleOptions { fuse, externs: true, extern_dtypes })?;
+    let (mut program, fusion) = kiln_sched::schedule(&optimized, &ScheduleOptions { fuse, extern_dtypes })?;
     times.schedule = t.elapsed();
     tracing::info!(target: "kiln::fusion", "{} launches per run (eager {eager_kernels})\n{fusion}", program.launches());
 
