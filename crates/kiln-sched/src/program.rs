@@ -59,6 +59,18 @@ pub struct BufView {
     pub strides: Vec<usize>,
 }
 
+impl BufView {
+    /// The view as a [`kiln_ir::Layout`] over the buffer's elements (for host tensors sharing
+    /// or reading the buffer).
+    pub fn layout(&self) -> kiln_ir::Layout {
+        kiln_ir::Layout {
+            shape: self.shape.clone(),
+            strides: self.strides.iter().map(|&s| s as isize).collect(),
+            offset: self.offset,
+        }
+    }
+}
+
 /// A library operation an [`StepKind::Extern`] calls. Its inputs and output share one dtype,
 /// one of [`crate::ScheduleOptions::extern_dtypes`]: f32 for the CPU runner (the default),
 /// f32 / f16 / bf16 for the CUDA runtime (f16 / bf16 accumulated in f32); other dtypes use

@@ -329,11 +329,7 @@ fn add_bias(out: &mut [f32], bias: &[f32], p: usize) {
 /// The elements of a (checked) f32 view, row-major.
 fn read_f32(ptrs: &[*mut u8], v: &BufView) -> Vec<f32> {
     let base = ptrs[v.buf.index()] as *const u8;
-    let layout = kiln_ir::Layout {
-        shape: v.shape.clone(),
-        strides: v.strides.iter().map(|&s| s as isize).collect(),
-        offset: v.offset,
-    };
+    let layout = v.layout();
     let mut out = Vec::with_capacity(layout.numel());
     // SAFETY: the view was checked inside its buffer when the executable was built.
     layout.for_each_offset(|o| out.push(unsafe { raw::read::<f32>(base, o) }));

@@ -178,11 +178,7 @@ fn eval_step(
         .iter()
         .map(|v| match p.buffer(v.buf).kind {
             BufKind::Const(c) => match p.consts.get(c.0 as usize) {
-                Some(t) => Ok(t.with_layout(kiln_ir::Layout {
-                    shape: v.shape.clone(),
-                    strides: v.strides.iter().map(|&s| s as isize).collect(),
-                    offset: v.offset,
-                })),
+                Some(t) => Ok(t.with_layout(v.layout())),
                 None => read_view(p, ptrs, v),
             },
             _ => read_view(p, ptrs, v),

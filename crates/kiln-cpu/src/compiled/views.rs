@@ -2,7 +2,7 @@
 //! built, so the raw accesses of a run stay inside their buffers) and copies into tensors.
 
 use super::raw;
-use kiln_ir::{Error, HostTensor, Layout, Result};
+use kiln_ir::{Error, HostTensor, Result};
 use kiln_sched::{BufView, Program};
 
 /// Checks that every element `v` can address lies inside its buffer.
@@ -40,11 +40,7 @@ pub(crate) fn check_view(p: &Program, v: &BufView, what: &str) -> Result<()> {
 pub(crate) fn read_view(p: &Program, ptrs: &[*mut u8], v: &BufView) -> Result<HostTensor> {
     let dtype = p.buffer(v.buf).dtype;
     let base = ptrs[v.buf.index()] as *const u8;
-    let layout = Layout {
-        shape: v.shape.clone(),
-        strides: v.strides.iter().map(|&s| s as isize).collect(),
-        offset: v.offset,
-    };
+    let layout = v.layout();
     kiln_ir::with_dtype!(dtype, T, {
         let mut out: Vec<T> = Vec::with_capacity(layout.numel());
         // SAFETY: `check_view` proved every offset the layout yields is inside the buffer.
