@@ -657,10 +657,14 @@ fn simulator_catches_a_wrong_in_place_plan() {
     assert_ne!(simulate(&p, Some(&wrong)), simulate(&p, None));
 }
 
-/// Appends a matmul extern writing `m` (32 x 32 of `x`) whose epilogue is
-/// `e[v0] = relu(m[read(v0)])`.
-fn matmul_with_epilogue(p: &mut Program, x: BufId, m: BufId, e: BufId, read: Read) {
-    pointwise(p, &[(m, read)], e, Some(UnaryOp::Relu));
+/// A program whose one step is a matmul extern writing `m` (32 x 32 of an input) with the
+/// epilogue `e[v0] = relu(m[read(v0)])`: `(program, m, e)`, for callers to add steps after.
+fn matmul_with_epilogue(read: Read) -> (Program, BufId, BufId) {
+    let mut p = program();
+    let x = input(&mut p, DType::F32, 1024);
+    let m = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    let e = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    pointwise(&mut p, &[(m, read)], e, Some(UnaryOp::Relu));
     let Some(Step { kind: StepKind::Kernel { kernel, args }, .. }) = p.steps.pop() else {
         unreachable!("pointwise pushes a kernel step")
     };
@@ -675,16 +679,13 @@ fn matmul_with_epilogue(p: &mut Program, x: BufId, m: BufId, e: BufId, read: Rea
         },
         nodes: vec![],
     });
+    (p, m, e)
 }
 
 #[test]
 fn an_epilogue_overwrites_its_externs_result_in_place() {
-    let mut p = program();
-    let x = input(&mut p, DType::F32, 1024);
-    let m = buf(&mut p, DType::F32, 1024, BufKind::Temp);
-    let e = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    let (mut p, m, e) = matmul_with_epilogue(Read::Same);
     let t = buf(&mut p, DType::F32, 1024, BufKind::Temp);
-    matmul_with_epilogue(&mut p, x, m, e, Read::Same);
     pointwise(&mut p, &[(e, Read::Reversed)], t, None);
     output(&mut p, t);
     let plan = plan_memory(&p);
@@ -696,23 +697,15 @@ fn an_epilogue_overwrites_its_externs_result_in_place() {
 #[test]
 fn an_epilogue_keeps_apart_from_a_result_read_elsewhere_or_transposed() {
     // The extern's result is also read by a later step: it must outlive the epilogue.
-    let mut p = program();
-    let x = input(&mut p, DType::F32, 1024);
-    let m = buf(&mut p, DType::F32, 1024, BufKind::Temp);
-    let e = buf(&mut p, DType::F32, 1024, BufKind::Temp);
+    let (mut p, m, e) = matmul_with_epilogue(Read::Same);
     let t = buf(&mut p, DType::F32, 1024, BufKind::Temp);
-    matmul_with_epilogue(&mut p, x, m, e, Read::Same);
     pointwise(&mut p, &[(e, Read::Same), (m, Read::Same)], t, None);
     output(&mut p, t);
     let plan = plan_memory(&p);
     check_plan(&p, &plan).unwrap();
     assert_ne!(off(&plan, m), off(&plan, e));
     // The epilogue reads its result transposed: element i is read after another point wrote it.
-    let mut p = program();
-    let x = input(&mut p, DType::F32, 1024);
-    let m = buf(&mut p, DType::F32, 1024, BufKind::Temp);
-    let e = buf(&mut p, DType::F32, 1024, BufKind::Temp);
-    matmul_with_epilogue(&mut p, x, m, e, Read::Transpose(32, 32));
+    let (mut p, m, e) = matmul_with_epilogue(Read::Transpose(32, 32));
     output(&mut p, e);
     let plan = plan_memory(&p);
     check_plan(&p, &plan).unwrap();
