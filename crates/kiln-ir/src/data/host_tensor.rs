@@ -77,6 +77,15 @@ impl HostTensor {
         if self.is_dense() { T::slice(&self.storage) } else { None }
     }
 
+    /// The elements in row-major logical order: the storage itself when dense, else a copy.
+    /// Errors when `T` is not the dtype.
+    pub fn values<T: Element>(&self) -> Result<std::borrow::Cow<'_, [T]>> {
+        match self.dense_slice::<T>() {
+            Some(v) => Ok(std::borrow::Cow::Borrowed(v)),
+            None => self.to_vec::<T>().map(std::borrow::Cow::Owned),
+        }
+    }
+
     /// The elements in row-major logical order (a copy). Errors when `T` is not the dtype.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let s = T::slice(&self.storage).ok_or_else(|| {

@@ -137,29 +137,39 @@ impl Layout {
         let (rows, cols) = (self.shape[rank - 2], self.shape[rank - 1]);
         let (sr, sc) = (self.strides[rank - 2], self.strides[rank - 1]);
         let mut out = vec![src[self.offset]; n];
-        let mut planes = out.chunks_exact_mut(rows * cols);
-        // Big copies (prepacked weights) use every core: bands of rows are independent.
+        let plane_len = rows * cols;
+        let bases = self.outer(2).offsets();
+        // Big copies (prepacked weights, transposed activations) use every core, spawning
+        // once: whole planes per thread when there are enough of them, else bands of rows.
         let threads = if n >= 1 << 20 {
             std::thread::available_parallelism().map_or(1, |t| t.get()).min(8)
         } else {
             1
         };
-        self.outer(2).for_each_offset(|base| {
-            let Some(plane) = planes.next() else { return };
-            let band = rows.div_ceil(threads).max(1);
-            let copy = |(b, dst): (usize, &mut [T])| {
-                tile_copy(src, base as isize + (b * band) as isize * sr, sr, sc, cols, dst)
-            };
-            if threads == 1 {
-                copy((0, plane));
-            } else {
-                std::thread::scope(|s| {
-                    for job in plane.chunks_mut(band * cols).enumerate() {
-                        s.spawn(move || copy(job));
-                    }
-                });
+        let planes = |bases: &[usize], dst: &mut [T]| {
+            for (&base, plane) in bases.iter().zip(dst.chunks_exact_mut(plane_len)) {
+                tile_copy(src, base as isize, sr, sc, cols, plane);
             }
-        });
+        };
+        if threads == 1 {
+            planes(&bases, &mut out);
+        } else if bases.len() >= threads {
+            let per = bases.len().div_ceil(threads);
+            std::thread::scope(|s| {
+                for (b, dst) in bases.chunks(per).zip(out.chunks_mut(per * plane_len)) {
+                    s.spawn(move || planes(b, dst));
+                }
+            });
+        } else {
+            let band = rows.div_ceil(threads).max(1);
+            std::thread::scope(|s| {
+                for (&base, plane) in bases.iter().zip(out.chunks_exact_mut(plane_len)) {
+                    for (b, dst) in plane.chunks_mut(band * cols).enumerate() {
+                        s.spawn(move || tile_copy(src, base as isize + (b * band) as isize * sr, sr, sc, cols, dst));
+                    }
+                }
+            });
+        }
         out
     }
 
