@@ -93,7 +93,7 @@ fn main() {
         let x = tensor(&[1, c, hw, hw], 3);
         let w = tensor(&[o, c / g, k, k], 4);
         let bias = tensor(&[o], 5);
-        let a = Conv2dAttrs { stride: [s, s], padding: [p; 4], dilation: [1, 1], groups: g };
+        let a = Conv2dAttrs { stride: [s, s], padding: [p; 4], dilation: [1, 1], groups: g, channels_last: false };
         let out = (hw + 2 * p - k) / s + 1;
         let flops = 2.0 * (o * out * out * (c / g) * k * k) as f64;
         report(name, flops, median_secs(&Op::Conv2d(a), &[&x, &w, &bias]));

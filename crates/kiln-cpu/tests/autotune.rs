@@ -37,7 +37,7 @@ fn graph() -> Graph {
     let img = g.input("img", TensorType::new(DType::F32, Shape::fixed(&[1, 3, 20, 20])));
     let k = g.constant(tensor(&[130, 3, 3, 3], 3));
     let kb = g.constant(tensor(&[130], 4));
-    let a = Conv2dAttrs { stride: [1, 1], padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1 };
+    let a = Conv2dAttrs { stride: [1, 1], padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1, channels_last: false };
     let c = g.add(Op::Conv2d(a), &[img, k, kb]).unwrap();
     let c = g.add(Op::Unary(UnaryOp::Relu), &[c]).unwrap();
     g.output(c);

@@ -10,7 +10,7 @@ use kiln_cpu::eval;
 use kiln_ir::{Conv2dAttrs, Error, HostTensor, Op};
 
 fn attrs(stride: [usize; 2], padding: [usize; 4], dilation: [usize; 2], groups: usize) -> Conv2dAttrs {
-    Conv2dAttrs { stride, padding, dilation, groups }
+    Conv2dAttrs { stride, padding, dilation, groups, channels_last: false }
 }
 
 /// Direct convolution on logical values in f64; returns the values and the output shape.
@@ -174,4 +174,30 @@ fn bad_inputs_are_errors() {
     // the kernel itself checks the result shape it is handed
     let r = kiln_cpu::kernels::conv::conv2d(&a, &x, &w, None, &[1, 2, 3, 3]);
     assert!(matches!(r, Err(Error::Shape(_))));
+}
+
+/// `t` with its axes reordered (a dense copy): axis `i` of the result is axis `perm[i]` of `t`.
+fn permuted(t: &HostTensor, perm: &[usize]) -> HostTensor {
+    t.with_layout(t.layout.permute(perm).unwrap()).contiguous()
+}
+
+#[test]
+fn channels_last_equals_nchw_with_transposed_operands() {
+    for (i, (xs, ws, a)) in cases().into_iter().enumerate() {
+        let (x, w, b) = (rand::<f32>(&xs, 10 + i as u64), rand::<f32>(&ws, 20 + i as u64), rand::<f32>(&ws[..1], 30 + i as u64));
+        let want = eval(&Op::Conv2d(a), &[&x, &w, &b]).unwrap();
+        let nhwc = Conv2dAttrs { channels_last: true, ..a };
+        let got = eval(&Op::Conv2d(nhwc), &[&permuted(&x, &[0, 2, 3, 1]), &permuted(&w, &[0, 2, 3, 1]), &b]).unwrap();
+        // [N, OH, OW, O] back to [N, O, OH, OW]: the same values, bit for bit.
+        assert_eq!(permuted(&got, &[0, 3, 1, 2]).to_f64_vec(), want.to_f64_vec(), "case {i}");
+    }
+    // A transposed (non-dense) channels-last input gives the same result as its dense copy.
+    let (x, w) = (rand::<f32>(&[2, 5, 6, 3], 1), rand::<f32>(&[4, 3, 3, 3], 2));
+    let a = Conv2dAttrs { channels_last: true, ..attrs([1, 1], [1, 1, 1, 1], [1, 1], 1) };
+    let strided = x.with_layout(x.layout.permute(&[0, 2, 1, 3]).unwrap());
+    let dense = strided.contiguous();
+    assert_eq!(eval(&Op::Conv2d(a), &[&strided, &w]).unwrap().to_f64_vec(), eval(&Op::Conv2d(a), &[&dense, &w]).unwrap().to_f64_vec());
+    // Shapes are checked in the channels-last order.
+    let err = eval(&Op::Conv2d(a), &[&x, &rand::<f32>(&[4, 3, 3, 5], 3)]).unwrap_err().to_string();
+    assert!(err.contains("channel") || err.contains("groups"), "{err}");
 }

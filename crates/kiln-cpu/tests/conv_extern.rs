@@ -54,6 +54,7 @@ fn attrs(stride: usize, padding: [usize; 4], dilation: usize, groups: usize) -> 
         padding,
         dilation: [dilation, dilation],
         groups,
+        channels_last: false,
     }
 }
 

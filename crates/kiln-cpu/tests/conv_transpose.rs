@@ -222,7 +222,7 @@ fn is_the_adjoint_of_conv2d() {
             stride,
             padding,
             dilation,
-            groups,
+            groups, channels_last: false,
         };
         let c = eval(&Op::Conv2d(ca), &[&y, &w]).unwrap();
         assert_eq!(c.shape(), x.shape());

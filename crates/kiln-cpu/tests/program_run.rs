@@ -890,7 +890,7 @@ fn conv_extern_variants_match_eval() {
         stride: [stride, stride],
         padding: [pad; 4],
         dilation: [1, 1],
-        groups,
+        groups, channels_last: false,
     };
     let dense = |s: &[usize]| dense_view(0, s);
     // 1x1 stride 1: direct GEMM on the input, with bias and the relu+residual epilogue.
@@ -958,7 +958,7 @@ fn conv_extern_variants_match_eval() {
         stride: [1, 2],
         padding: [2, 1, 0, 3],
         dilation: [2, 1],
-        groups: 1,
+        groups: 1, channels_last: false,
     };
     conv_case(
         a,

@@ -388,7 +388,7 @@ fn conv_block_matmul_and_eval_ops() {
         stride: [2, 2],
         padding: [1, 1, 1, 1],
         dilation: [1, 1],
-        groups: 1,
+        groups: 1, channels_last: false,
     };
     let c = g.add(Op::Conv2d(attrs), &[x, w]).unwrap();
     let cb = g.add(Op::Binary(BinaryOp::Add), &[c, bias]).unwrap();

@@ -178,7 +178,7 @@ mod tests {
     fn convs_go_to_cudnn_unless_padding_is_asymmetric_or_the_filter_strided() {
         let x = view(&[1, 3, 8, 8], &[192, 64, 8, 1]);
         let w = view(&[4, 3, 3, 3], &[27, 9, 3, 1]);
-        let pads = |padding| Conv2dAttrs { stride: [1, 1], padding, dilation: [1, 1], groups: 1 };
+        let pads = |padding| Conv2dAttrs { stride: [1, 1], padding, dilation: [1, 1], groups: 1, channels_last: false };
         assert_eq!(conv_route(&pads([1, 1, 1, 1]), &[x.clone(), w.clone()], &[1, 4, 8, 8]), Route::Cudnn);
         assert_eq!(conv_route(&pads([0, 0, 1, 1]), &[x.clone(), w], &[1, 4, 7, 7]), Route::Host { reason: "asymmetric padding".into() });
         let w = view(&[4, 3, 3, 3], &[1, 4, 12, 36]);

@@ -285,6 +285,7 @@ fn encode_op(e: &mut Enc, op: &Op) {
             e.usizes(&a.padding);
             e.usizes(&a.dilation);
             e.u64(a.groups as u64);
+            e.bool(a.channels_last);
         }
         Op::Pool2d(p) => {
             e.u8(17);

@@ -609,8 +609,14 @@ fn spatial(d: &Dim, kernel: usize, stride: usize, pad: (usize, usize), dilation:
 fn conv2d_type(a: &Conv2dAttrs, inputs: &[&TensorType], dtype: DType, ctx: &str) -> Result<TensorType> {
     let (x, w) = (&inputs[0].shape, &inputs[1].shape);
     if x.rank() != 4 || w.rank() != 4 {
-        return Err(Error::Shape(format!("{ctx}: conv2d needs x [N, C, H, W] and w [O, C/groups, KH, KW]")));
+        return Err(Error::Shape(match a.channels_last {
+            false => format!("{ctx}: conv2d needs x [N, C, H, W] and w [O, C/groups, KH, KW]"),
+            true => format!("{ctx}: channels-last conv2d needs x [N, H, W, C] and w [O, KH, KW, C/groups]"),
+        }));
     }
+    // Both layouts are checked in NCHW order.
+    let nchw = |s: &Shape| Shape(a.nchw_axes().iter().map(|&i| s.0[i].clone()).collect());
+    let (x, w) = (&nchw(x), &nchw(w));
     let g = a.groups;
     let (c, o) = (x.0[1].fixed(), w.0[0].fixed());
     let (wc, kh, kw) = (w.0[1].fixed(), w.0[2].fixed(), w.0[3].fixed());
@@ -632,7 +638,11 @@ fn conv2d_type(a: &Conv2dAttrs, inputs: &[&TensorType], dtype: DType, ctx: &str)
     }
     let h = spatial(&x.0[2], kh, a.stride[0], (a.padding[0], a.padding[2]), a.dilation[0], false, ctx)?;
     let wd = spatial(&x.0[3], kw, a.stride[1], (a.padding[1], a.padding[3]), a.dilation[1], false, ctx)?;
-    Ok(TensorType { dtype, shape: Shape(vec![x.0[0].clone(), Dim::Fixed(o), h, wd]) })
+    let dims = match a.channels_last {
+        false => vec![x.0[0].clone(), Dim::Fixed(o), h, wd],
+        true => vec![x.0[0].clone(), h, wd, Dim::Fixed(o)],
+    };
+    Ok(TensorType { dtype, shape: Shape(dims) })
 }
 
 fn pool2d_type(p: &Pool2dAttrs, t: &TensorType, ctx: &str) -> Result<TensorType> {

@@ -430,6 +430,19 @@ pub struct Conv2dAttrs {
     /// `[dh, dw]`.
     pub dilation: [usize; 2],
     pub groups: usize,
+    /// Channels last (NHWC): x is `[N, H, W, C]`, w `[O, KH, KW, C/groups]` and the result
+    /// `[N, OH, OW, O]`, the layout cuDNN's tensor-core kernels read and write without
+    /// transposing. Otherwise (the ONNX / PyTorch default) x `[N, C, H, W]`, w
+    /// `[O, C/groups, KH, KW]`, result `[N, O, OH, OW]`.
+    pub channels_last: bool,
+}
+
+impl Conv2dAttrs {
+    /// Where each NCHW axis sits in this conv's x, w and result: `[0, 1, 2, 3]`, or
+    /// `[0, 3, 1, 2]` channels last.
+    pub fn nchw_axes(&self) -> [usize; 4] {
+        if self.channels_last { [0, 3, 1, 2] } else { [0, 1, 2, 3] }
+    }
 }
 
 /// Attributes of [`Op::Resize`].

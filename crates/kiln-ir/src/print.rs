@@ -134,6 +134,7 @@ pub fn op_attrs(op: &Op) -> String {
             if a.groups != 1 {
                 let _ = write!(s, " groups={}", a.groups);
             }
+            flag(&mut s, a.channels_last, "channels_last");
         }
         Op::Pool2d(p) => {
             let _ = write!(s, "kernel={:?} stride={:?} pad={:?}", p.kernel, p.stride, p.padding);

@@ -57,7 +57,7 @@ const GRAPH: &str = "invalid graph";
 const VALUE: &str = "invalid value";
 
 fn conv(stride: usize, pad: usize, groups: usize) -> Op {
-    Op::Conv2d(Conv2dAttrs { stride: [stride; 2], padding: [pad; 4], dilation: [1, 1], groups })
+    Op::Conv2d(Conv2dAttrs { stride: [stride; 2], padding: [pad; 4], dilation: [1, 1], groups, channels_last: false })
 }
 
 fn pool(kind: PoolKind, k: usize, s: usize, p: usize, ceil_mode: bool) -> Op {
@@ -209,6 +209,13 @@ fn conv_and_pool() {
     err(conv(1, 0, 1), &[f32t(&[1, 3, 2, 2]), f32t(&[4, 3, 3, 3])], SHAPE, &["conv2d", "does not fit", "size 2"]);
     err(conv(0, 0, 1), &[f32t(&[1, 3, 8, 8]), f32t(&[4, 3, 3, 3])], VALUE, &["conv2d", "stride"]);
     err(conv(1, 0, 1), &[t(DType::I32, &[1, 3, 8, 8]), t(DType::I32, &[4, 3, 3, 3])], DTYPE, &["conv2d", "float"]);
+
+    // Channels last: x [N, H, W, C], w [O, KH, KW, C/g] -> [N, OH, OW, O].
+    let nhwc = |groups| Op::Conv2d(Conv2dAttrs { stride: [2, 2], padding: [3; 4], dilation: [1, 1], groups, channels_last: true });
+    assert_eq!(ok(nhwc(1), &[f32t(&[1, 224, 224, 3]), f32t(&[64, 7, 7, 3]), f32t(&[64])]), f32t(&[1, 112, 112, 64]));
+    assert_eq!(ok(nhwc(2), &[f32t(&[2, 9, 9, 4]), f32t(&[6, 7, 7, 2])]), f32t(&[2, 5, 5, 6]));
+    err(nhwc(1), &[f32t(&[1, 3, 224, 224]), f32t(&[64, 7, 7, 3])], SHAPE, &["conv2d", "224 input channels", "groups=1"]);
+    err(nhwc(1), &[f32t(&[224, 224, 3]), f32t(&[64, 7, 7, 3])], SHAPE, &["channels-last", "[N, H, W, C]"]);
 
     let x = f32t(&[1, 64, 112, 112]);
     assert_eq!(ok(pool(PoolKind::Max, 3, 2, 1, false), std::slice::from_ref(&x)), f32t(&[1, 64, 56, 56]));

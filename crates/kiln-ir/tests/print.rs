@@ -12,7 +12,7 @@ fn stem() -> Graph {
     let x = g.input("x", f32t(&[1, 3, 224, 224]));
     let w = g.constant(HostTensor::zeros(DType::F32, &[64, 3, 7, 7]));
     let b = g.constant(HostTensor::zeros(DType::F32, &[64]));
-    let a = Conv2dAttrs { stride: [2, 2], padding: [3, 3, 3, 3], dilation: [1, 1], groups: 1 };
+    let a = Conv2dAttrs { stride: [2, 2], padding: [3, 3, 3, 3], dilation: [1, 1], groups: 1, channels_last: false };
     let c = g.add_named(Op::Conv2d(a), &[x, w, b], Some("conv1".into())).unwrap();
     let r = g.add(Op::Unary(UnaryOp::Relu), &[c]).unwrap();
     let p = Pool2dAttrs { kind: PoolKind::Max, kernel: [3, 3], stride: [2, 2], padding: [1; 4], dilation: [1, 1], ceil_mode: false };
@@ -70,7 +70,7 @@ fn attributes_are_compact() {
     assert_eq!(op_attrs(&Op::Attention { causal: false, scale: Some(0.125) }), "scale=0.125");
     assert_eq!(op_attrs(&Op::Attention { causal: false, scale: None }), "");
     assert_eq!(op_attrs(&Op::MatMul), "");
-    let a = Conv2dAttrs { stride: [1, 1], padding: [0; 4], dilation: [2, 2], groups: 4 };
+    let a = Conv2dAttrs { stride: [1, 1], padding: [0; 4], dilation: [2, 2], groups: 4, channels_last: false };
     assert_eq!(op_attrs(&Op::Conv2d(a)), "stride=[1, 1] pad=[0, 0, 0, 0] dilation=[2, 2] groups=4");
     let p = Pool2dAttrs { kind: PoolKind::Avg { count_include_pad: true }, kernel: [2, 2], stride: [2, 2], padding: [0; 4], dilation: [1, 1], ceil_mode: true };
     assert_eq!(op_attrs(&Op::Pool2d(p)), "kernel=[2, 2] stride=[2, 2] pad=[0, 0, 0, 0] ceil_mode count_include_pad");

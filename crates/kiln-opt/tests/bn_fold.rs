@@ -22,7 +22,11 @@ fn bn(g: &mut Graph, rng: &mut Rng, x: NodeId, c: usize) -> NodeId {
 }
 
 fn fold(g: &Graph) -> Graph {
-    let out = Dce.run(&BnFold.run(g).unwrap()).unwrap();
+    fold_with(g, BnFold::default())
+}
+
+fn fold_with(g: &Graph, pass: BnFold) -> Graph {
+    let out = Dce.run(&pass.run(g).unwrap()).unwrap();
     verify(&out).unwrap();
     out
 }
@@ -44,7 +48,7 @@ fn conv_bn(seed: u64, groups: usize, with_bias: bool) -> (Graph, Vec<HostTensor>
         stride: [2, 1],
         padding: [1, 0, 1, 2],
         dilation: [1, 2],
-        groups,
+        groups, channels_last: false,
     };
     let y = g.add(Op::Conv2d(attrs), &args).unwrap();
     let z = bn(&mut g, &mut rng, y, o);
@@ -73,6 +77,28 @@ fn conv_bn_folds_into_a_multiply_add_and_drops_the_conv_bias() {
 }
 
 #[test]
+fn into_weights_conv_bn_leaves_only_a_conv_with_bias() {
+    for (seed, groups, with_bias) in [(21, 1, false), (22, 1, true), (23, 2, true), (24, 2, false)] {
+        let (g, inputs) = conv_bn(seed, groups, with_bias);
+        let out = fold_with(&g, BnFold { into_weights: true });
+        assert_eq!(count(&out, "batch_norm") + count(&out, "mul") + count(&out, "add"), 0, "{out}");
+        let conv = out.nodes.iter().find(|n| n.op.name() == "conv2d").unwrap();
+        assert_eq!(conv.inputs.len(), 3, "the shift is the conv's bias: {out}");
+        assert_eq!(out.consts.len(), 2, "a rescaled weight and the bias");
+        let err = max_rel_err(&g, &out, &inputs);
+        assert!(err < 1e-5, "seed {seed} groups {groups} bias {with_bias}: max rel err {err}");
+    }
+    // A conv read elsewhere too keeps its weight: the BatchNorm becomes the multiply-add.
+    let (mut g, inputs) = conv_bn(25, 1, true);
+    let conv = NodeId(g.nodes.iter().position(|n| n.op.name() == "conv2d").unwrap() as u32);
+    g.output(conv);
+    let out = fold_with(&g, BnFold { into_weights: true });
+    assert_eq!((count(&out, "batch_norm"), count(&out, "mul"), count(&out, "add")), (0, 1, 1), "{out}");
+    let err = max_rel_err(&g, &out, &inputs);
+    assert!(err < 1e-5, "max rel err {err}");
+}
+
+#[test]
 fn f64_conv_bn_is_folded_in_f64() {
     let mut rng = Rng(9);
     let mut g = Graph::new();
@@ -95,7 +121,7 @@ fn f64_conv_bn_is_folded_in_f64() {
                 stride: [1, 1],
                 padding: [1; 4],
                 dilation: [1, 1],
-                groups: 1,
+                groups: 1, channels_last: false,
             }),
             &[x, w],
         )
@@ -190,7 +216,7 @@ fn conv_bias_stays_when_the_conv_output_is_used_elsewhere() {
                 stride: [1, 1],
                 padding: [0; 4],
                 dilation: [1, 1],
-                groups: 1,
+                groups: 1, channels_last: false,
             }),
             &[x, w],
         )
@@ -218,7 +244,7 @@ fn conv_bias_stays_when_the_conv_output_is_used_elsewhere() {
                 stride: [1, 1],
                 padding: [0; 4],
                 dilation: [1, 1],
-                groups: 1,
+                groups: 1, channels_last: false,
             }),
             &[x, w],
         )
@@ -243,7 +269,7 @@ fn scale_and_shift_are_computed_in_f64_per_channel_bit_exactly() {
     let w = g.constant(rand_f32(&mut rng, &[o, c / groups, 3, 3], -1.0, 1.0));
     let b: Vec<f32> = (0..o).map(|k| 0.5 - 0.125 * k as f32).collect();
     let bid = g.constant(HostTensor::from_vec(b.clone(), &[o]).unwrap());
-    let attrs = Conv2dAttrs { stride: [1, 1], padding: [1; 4], dilation: [1, 1], groups };
+    let attrs = Conv2dAttrs { stride: [1, 1], padding: [1; 4], dilation: [1, 1], groups, channels_last: false };
     let y = g.add(Op::Conv2d(attrs), &[x, w, bid]).unwrap();
     let scale: Vec<f32> = (0..o).map(|k| (k as f32 + 1.0) * if k % 2 == 0 { 1.0 } else { -0.75 }).collect();
     let bias: Vec<f32> = (0..o).map(|k| 0.25 * k as f32 - 0.5).collect();

@@ -444,6 +444,7 @@ fn optimize_runs_the_pipeline_and_reports() {
     let opts = OptOptions {
         disabled: vec!["simplify".into(), "cse".into()],
         decompose: false,
+        ..OptOptions::default()
     };
     let (kept, reports) = optimize(&g, &opts).unwrap();
     let names: Vec<&str> = reports.iter().map(|r| r.name).collect();
@@ -468,6 +469,7 @@ fn disabled_pass_names_are_checked() {
     let opts = OptOptions {
         disabled: vec!["nope".into()],
         decompose: true,
+        ..OptOptions::default()
     };
     assert!(optimize(&g, &opts).is_err());
     // The environment is read as a whole (this test does not set it).

@@ -192,7 +192,7 @@ proptest! {
         verify(&full).unwrap();
         prop_assert!(full.nodes.len() <= kiln_ir::decompose(&g).unwrap().nodes.len());
         assert_same_outputs(&g, &full, &ins, 1e-5);
-        let (exact, _) = optimize(&g, &OptOptions { disabled: vec![], decompose: false }).unwrap();
+        let (exact, _) = optimize(&g, &OptOptions { disabled: vec![], decompose: false, ..OptOptions::default() }).unwrap();
         verify(&exact).unwrap();
         prop_assert!(exact.nodes.len() <= g.nodes.len());
         assert_same_outputs(&g, &exact, &ins, 0.0);

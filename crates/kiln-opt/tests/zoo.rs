@@ -80,6 +80,7 @@ fn resnet18_folds_every_batch_norm_and_keeps_outputs() {
     let opts = OptOptions {
         disabled: vec!["bn_fold".into()],
         decompose: true,
+        ..OptOptions::default()
     };
     let (unfolded, _) = optimize(&g, &opts).unwrap();
     assert_eq!(count(&unfolded, "batch_norm"), 0);
@@ -100,4 +101,37 @@ fn resnet50_optimize_counts_and_time() {
     assert_eq!(out.inputs.len(), 1);
     assert_eq!(out.outputs.len(), 1);
     assert_eq!(out.ty(out.outputs[0]), g.ty(g.outputs[0]));
+}
+
+#[test]
+fn for_a_gpu_resnets_run_channels_last_with_batch_norm_in_the_weights() {
+    let small = resnet::ResNetConfig { image_size: 64, ..resnet::ResNetConfig::resnet18() };
+    let bottleneck = resnet::ResNetConfig { block: resnet::BlockKind::Bottleneck, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
+    for (name, cfg) in [("resnet18", small), ("bottleneck", bottleneck.clone())] {
+        let m = resnet::ResNet::new(VarBuilder::random(7, DType::F32), &cfg, 2).unwrap();
+        let mut g = zoo::trace_model(&m).unwrap();
+        randomize_bn(&mut g, &mut Rng(9));
+        let gpu = OptOptions { target: kiln_opt::Target::Gpu, ..OptOptions::default() };
+        let (out, reports) = optimize(&g, &gpu).unwrap();
+        verify(&out).unwrap();
+        assert!(reports.iter().any(|r| r.name == "channels_last"));
+        let convs: Vec<_> = out.nodes.iter().filter_map(|n| match &n.op {
+            Op::Conv2d(a) => Some((a.channels_last, n.inputs.len())),
+            _ => None,
+        }).collect();
+        assert_eq!(convs.len(), count(&g, "conv2d"), "{name}");
+        assert!(convs.iter().all(|&(last, args)| last && args == 3), "{name}: every conv NHWC with its BatchNorm as bias: {convs:?}");
+        // BatchNorm left no multiply; the one transpose left is the image's, into the stem
+        // (residual adds, ReLUs, the max pool and the global average pool all stay NHWC).
+        assert_eq!((count(&out, "batch_norm"), count(&out, "mul")), (0, 0), "{name}: {out}");
+        assert_eq!(count(&out, "permute"), 1, "{name}: {out}");
+        let x: HostTensor = m.example_inputs(3).unwrap()[0].to_host().unwrap();
+        let err = max_rel_err(&g, &out, &[x]);
+        assert!(err < 1e-4, "{name}: max rel err {err}");
+    }
+    // The CPU keeps NCHW.
+    let m = resnet::ResNet::new(VarBuilder::random(7, DType::F32), &bottleneck, 1).unwrap();
+    let g = zoo::trace_model(&m).unwrap();
+    let (out, _) = optimize(&g, &OptOptions::default()).unwrap();
+    assert!(out.nodes.iter().all(|n| !matches!(&n.op, Op::Conv2d(a) if a.channels_last)));
 }

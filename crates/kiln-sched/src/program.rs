@@ -81,7 +81,8 @@ pub enum ExternOp {
     /// view of rank >= 2); output `[.., M, N]` dense. Epilogue rows: the `numel / N` rows of N.
     MatMul,
     /// `kiln_ir::Op::Conv2d` on inputs `[x, w]` or `[x, w, bias]`; output `[N, O, H, W]` dense.
-    /// Epilogue rows: the `N * O` rows of `H * W`.
+    /// Epilogue rows: the `N * O` rows of `H * W` (channels last: output `[N, H, W, O]`, the
+    /// `N * H * W` rows of `O`).
     Conv2d(Conv2dAttrs),
 }
 

@@ -148,7 +148,7 @@ fn conv_bias_relu_residual_is_one_extern_with_epilogue() {
         stride: [1, 1],
         padding: [1, 1, 1, 1],
         dilation: [1, 1],
-        groups: 1,
+        groups: 1, channels_last: false,
     };
     let c = g.add(Op::Conv2d(attrs), &[x, w]).unwrap();
     let cb = bin(&mut g, BinaryOp::Add, c, bias);
@@ -427,7 +427,7 @@ fn conv_stack(blocks: usize) -> Graph {
         stride: [1, 1],
         padding: [1, 1, 1, 1],
         dilation: [1, 1],
-        groups: 1,
+        groups: 1, channels_last: false,
     };
     for b in 0..blocks {
         let skip = x;
@@ -506,7 +506,7 @@ fn half_matmul_and_conv_are_externs_only_where_the_extern_dtypes_allow() {
         stride: [1, 1],
         padding: [1, 1, 1, 1],
         dilation: [1, 1],
-        groups: 1,
+        groups: 1, channels_last: false,
     };
     let gpu = ScheduleOptions {
         extern_dtypes: GPU_EXTERN_DTYPES,

@@ -39,6 +39,9 @@ impl Geom {
                 "conv2d extern {shapes:?} -> {out:?} ({a:?}): {why}"
             ))
         };
+        if a.channels_last {
+            return Err(bad("the CPU runner takes NCHW convs only (kiln makes channels-last convs for GPUs)"));
+        }
         let (x, w) = match inputs {
             [x, w] | [x, w, _] => (&x.shape[..], &w.shape[..]),
             _ => return Err(bad("needs inputs [x, w] or [x, w, bias]")),

@@ -14,8 +14,22 @@ use std::ops::{Add, Mul, Range};
 /// other (one thread each) rather than one after another with threads inside each.
 const UNIT_PAR_WORK: usize = 1 << 22;
 
-/// Convolution of `x` with `w` (+ `bias`); `shape` is the inferred output shape.
+/// Convolution of `x` with `w` (+ `bias`); `shape` is the inferred output shape. A
+/// channels-last conv is computed as its NCHW twin on transposed copies (this is the
+/// reference, not a fast path).
 pub fn conv2d(a: &Conv2dAttrs, x: &HostTensor, w: &HostTensor, bias: Option<&HostTensor>, shape: &[usize]) -> Result<HostTensor> {
+    if a.channels_last {
+        let axes = a.nchw_axes();
+        let to_nchw = |t: &HostTensor| -> Result<HostTensor> { Ok(t.with_layout(t.layout.permute(&axes)?).contiguous()) };
+        if shape.len() != 4 {
+            return Err(Error::Shape(format!("conv2d: output shape {shape:?} is not 4-D")));
+        }
+        let nchw_shape: Vec<usize> = axes.iter().map(|&i| shape[i]).collect();
+        let nchw = Conv2dAttrs { channels_last: false, ..*a };
+        let y = conv2d(&nchw, &to_nchw(x)?, &to_nchw(w)?, bias, &nchw_shape)?;
+        // [N, O, OH, OW] -> [N, OH, OW, O].
+        return Ok(y.with_layout(y.layout.permute(&[0, 2, 3, 1])?).contiguous());
+    }
     match x.dtype() {
         DType::F32 => conv_typed::<f32>(a, x, w, bias, shape),
         DType::F64 => conv_typed::<f64>(a, x, w, bias, shape),

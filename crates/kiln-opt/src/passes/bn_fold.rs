@@ -7,24 +7,37 @@
 //! A constant conv bias read only by the BatchNorm is folded into `t` (`t += b * s`) and
 //! dropped from the conv, so the conv's result needs no separate bias pass either.
 //!
-//! The weights themselves are left alone, and shared with the source graph: rescaling them
-//! (ORT's way) writes a second copy of every conv weight on every compile, warm starts too.
-//! On the 2-core VM that was 130-400 ms of ResNet-50's warm start, nearly all of it the
-//! kernel backing 100 MB of fresh pages; this form costs O(channels).
+//! By default the weights themselves are left alone, and shared with the source graph:
+//! rescaling them (ORT's way) writes a second copy of every conv weight on every compile, warm
+//! starts too. On the 2-core VM that was 130-400 ms of ResNet-50's warm start, nearly all of it
+//! the kernel backing 100 MB of fresh pages; this form costs O(channels).
+//!
+//! [`BnFold::into_weights`] is the other trade, for a GPU: every weight is copied to the device
+//! anyway, and a conv whose BatchNorm is gone entirely (`w * s`, bias `t`) lets cuDNN apply
+//! bias, residual add and ReLU inside the conv call, where the multiply-add would need a
+//! separate pass over the output.
 
 use super::Pass;
 use crate::rewrite::{Rewrite, Step, use_counts};
-use kiln_ir::{BinaryOp, DType, Element, Graph, HostTensor, NodeId, Op, Result};
+use kiln_ir::{BinaryOp, DType, Element, Error, Graph, HostTensor, NodeId, Op, Result};
 use std::collections::HashMap;
 
-/// Turns BatchNorm with constant parameters into a per-channel multiply-add.
-pub struct BnFold;
+/// Turns BatchNorm with constant parameters into a per-channel multiply-add, or into the
+/// producing conv's weights and bias.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BnFold {
+    /// Rescale the producing f32 conv's weights (a new constant per conv) and give it the shift
+    /// as its bias, so no multiply-add is left; a BatchNorm after anything else, or in another
+    /// dtype, still becomes the multiply-add.
+    pub into_weights: bool,
+}
 
 /// A BatchNorm to rewrite.
 #[derive(Clone, Copy)]
 struct Fold {
-    /// The conv whose constant bias moves into the shift (read only by the BatchNorm).
-    conv_bias: Option<NodeId>,
+    /// The conv rebuilt with the BatchNorm (read only by it): its constant bias moves into the
+    /// shift, and with `into_weights` the scale moves into its constant weight.
+    conv: Option<NodeId>,
 }
 
 impl Pass for BnFold {
@@ -33,8 +46,8 @@ impl Pass for BnFold {
     }
 
     fn run(&self, graph: &Graph) -> Result<Graph> {
-        let plan = find(graph);
-        let dropped: Vec<NodeId> = plan.values().filter_map(|f| f.conv_bias).collect();
+        let plan = find(graph, self.into_weights);
+        let dropped: Vec<NodeId> = plan.values().filter_map(|f| f.conv).collect();
         Rewrite::new(graph)?.run(|rw, old, node| {
             if dropped.contains(&old) {
                 return Ok(Step::Drop);
@@ -55,16 +68,29 @@ impl Pass for BnFold {
             let (scale, bias, mean, var) = (&p[0], &p[1], &p[2], &p[3]);
             let s: Vec<f64> = scale.iter().zip(var).map(|(g, v)| g / (v + eps).sqrt()).collect();
             let mut t: Vec<f64> = (0..s.len()).map(|c| bias[c] - mean[c] * s[c]).collect();
-            let y = match f.conv_bias {
+            let dtype = node.ty.dtype;
+            let y = match f.conv {
                 Some(conv) => {
                     let cn = src.node(conv);
-                    let Some(b) = values(cn.inputs[2]) else {
-                        return Ok(Step::Copy);
-                    };
-                    for (c, tc) in t.iter_mut().enumerate() {
-                        *tc += b[c] * s[c];
+                    // `find` checked the bias (and, into weights, the weight) is constant.
+                    if let Some(&b) = cn.inputs.get(2) {
+                        let b = values(b).ok_or_else(|| Error::Graph(format!("bn_fold: the bias of {conv} is not a constant")))?;
+                        for (c, tc) in t.iter_mut().enumerate() {
+                            *tc += b[c] * s[c];
+                        }
                     }
-                    let (x, w) = (rw.mapped(cn.inputs[0])?, rw.mapped(cn.inputs[1])?);
+                    let x = rw.mapped(cn.inputs[0])?;
+                    if self.into_weights {
+                        let w = match src.node(cn.inputs[1]).op {
+                            Op::Constant(c) => src.consts.get(c.0 as usize),
+                            _ => None,
+                        };
+                        let w = w.ok_or_else(|| Error::Graph(format!("bn_fold: the weight of {conv} is not a constant")))?;
+                        let w = rw.constant(scale_rows(w, &s)?);
+                        let b = rw.constant(typed(dtype, t, &[s.len()])?);
+                        return Ok(Step::Replace(rw.add(cn.op.clone(), &[x, w, b])?));
+                    }
+                    let w = rw.mapped(cn.inputs[1])?;
                     rw.add(cn.op.clone(), &[x, w])?
                 }
                 None => rw.mapped(node.inputs[0])?,
@@ -73,13 +99,26 @@ impl Pass for BnFold {
             let rank = node.ty.shape.rank();
             let mut shape = vec![s.len()];
             shape.resize(rank.saturating_sub(1).max(1), 1);
-            let dtype = node.ty.dtype;
             let sc = rw.constant(typed(dtype, s, &shape)?);
             let tc = rw.constant(typed(dtype, t, &shape)?);
             let scaled = rw.add(Op::Binary(BinaryOp::Mul), &[y, sc])?;
             Ok(Step::Replace(rw.add(Op::Binary(BinaryOp::Add), &[scaled, tc])?))
         })
     }
+}
+
+/// `w` with each of its `s.len()` leading rows (output channels) times `s[row]`, computed in
+/// f64 and rounded once (typed loops: this runs over every conv weight on every compile).
+fn scale_rows(w: &HostTensor, s: &[f64]) -> Result<HostTensor> {
+    kiln_ir::with_dtype!(w.dtype(), T, {
+        let v = w.values::<T>()?;
+        let per_row = (v.len() / s.len().max(1)).max(1);
+        let mut out = Vec::with_capacity(v.len());
+        for (row, &k) in v.chunks(per_row).zip(s) {
+            out.extend(row.iter().map(|&x| T::from_f64(x.to_f64() * k)));
+        }
+        HostTensor::from_vec(out, w.shape())
+    })
 }
 
 /// A dense tensor of `dtype` from f64 values (rounded once).
@@ -90,8 +129,8 @@ fn typed(dtype: DType, v: Vec<f64>, shape: &[usize]) -> Result<HostTensor> {
 }
 
 /// The BatchNorm nodes to rewrite: float, channel dim 1 of a value of rank >= 2, parameters
-/// constant `[C]` of the value's dtype.
-fn find(g: &Graph) -> HashMap<NodeId, Fold> {
+/// constant `[C]` of the value's dtype; with the conv each one folds into, if any.
+fn find(g: &Graph, into_weights: bool) -> HashMap<NodeId, Fold> {
     let uses = use_counts(g);
     let konst = |id: NodeId| matches!(g.node(id).op, Op::Constant(_));
     let mut plan = HashMap::new();
@@ -112,11 +151,20 @@ fn find(g: &Graph) -> HashMap<NodeId, Fold> {
         }
         let y = node.inputs[0];
         let yn = g.node(y);
-        let conv_bias = (matches!(yn.op, Op::Conv2d(_))
-            && uses[y.index()] == 1
-            && yn.inputs.get(2).is_some_and(|&b| is_c(b)))
-        .then_some(y);
-        plan.insert(NodeId(idx as u32), Fold { conv_bias });
+        let bias = yn.inputs.get(2).copied();
+        let weight_ok = |w: NodeId| {
+            konst(w) && g.ty(w).dtype == ty.dtype && g.ty(w).shape.as_fixed().is_some_and(|s| s.first() == Some(&c))
+        };
+        // f32 only: cuDNN fuses bias and ReLU into f32 convs, while a 16-bit conv's bias is a
+        // separate cudnnAddTensor pass (resnet50 bs64 bf16 on the H200: 7.99 ms with the bias
+        // in the conv, 6.23 ms with the multiply-add in kiln's epilogue).
+        let folds = if into_weights && ty.dtype == DType::F32 {
+            bias.is_none_or(is_c) && yn.inputs.get(1).is_some_and(|&w| weight_ok(w))
+        } else {
+            bias.is_some_and(is_c)
+        };
+        let conv = (matches!(yn.op, Op::Conv2d(_)) && uses[y.index()] == 1 && folds).then_some(y);
+        plan.insert(NodeId(idx as u32), Fold { conv });
     }
     plan
 }

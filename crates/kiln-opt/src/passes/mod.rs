@@ -2,6 +2,7 @@
 //! [`crate::rewrite::Rewrite`] and keeps the values of the graph's outputs.
 
 mod bn_fold;
+mod channels_last;
 mod cse;
 mod dce;
 mod decompose;
@@ -11,6 +12,7 @@ mod merge_matmuls;
 mod simplify;
 
 pub use bn_fold::BnFold;
+pub use channels_last::ChannelsLast;
 pub use cse::Cse;
 pub use dce::Dce;
 pub use decompose::Decompose;

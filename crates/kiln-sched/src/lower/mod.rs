@@ -337,7 +337,7 @@ fn epilogue_kernel(
     bufs: &mut Buffers,
 ) -> Result<(Kernel, Vec<BufId>, Vec<NodeId>), Stop> {
     let row_dims = match graph.node(x).op {
-        Op::Conv2d(_) => 2.min(shape.len()),
+        Op::Conv2d(a) if !a.channels_last => 2.min(shape.len()),
         _ => shape.len().saturating_sub(1),
     };
     let rows: usize = shape[..row_dims].iter().product();

@@ -288,7 +288,11 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
     times.specialize = t.elapsed();
 
     let t = Instant::now();
-    let (optimized, passes) = kiln_opt::optimize(&fixed, &opts.opt)?;
+    let target = match opts.device {
+        crate::Device::Cpu => kiln_opt::Target::Cpu,
+        crate::Device::Cuda(_) => kiln_opt::Target::Gpu,
+    };
+    let (optimized, passes) = kiln_opt::optimize(&fixed, &OptOptions { target, ..opts.opt.clone() })?;
     times.passes = t.elapsed();
 
     let t = Instant::now();

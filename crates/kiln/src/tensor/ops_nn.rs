@@ -39,7 +39,7 @@ impl Tensor {
         groups: usize,
     ) -> Result<Tensor> {
         let [ph, pw] = padding;
-        let op = Op::Conv2d(Conv2dAttrs { stride, padding: [ph, pw, ph, pw], dilation, groups });
+        let op = Op::Conv2d(Conv2dAttrs { stride, padding: [ph, pw, ph, pw], dilation, groups, channels_last: false });
         match b {
             Some(b) => dispatch(op, &[self, w, b]),
             None => dispatch(op, &[self, w]),

@@ -86,7 +86,7 @@ fn conv_node(
         stride: Window::pair(&win.stride),
         padding: win.padding(),
         dilation: Window::pair(&win.dilation),
-        groups: group(node)?,
+        groups: group(node)?, channels_last: false,
     };
     let x4 = lift(ctx, x)?;
     let w4 = lift(ctx, w)?;

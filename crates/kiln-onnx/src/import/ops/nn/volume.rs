@@ -107,7 +107,7 @@ pub(super) fn conv3d(
         stride: [win.stride[1], win.stride[2]],
         padding: [win.pads[1].0, win.pads[2].0, win.pads[1].1, win.pads[2].1],
         dilation: [win.dilation[1], win.dilation[2]],
-        groups,
+        groups, channels_last: false,
     };
     let mut acc = None;
     for kd in 0..k {
