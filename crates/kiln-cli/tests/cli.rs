@@ -271,9 +271,10 @@ fn explain_cuda_shows_kernels_launches_and_library_calls_without_a_gpu() {
     assert!(out.contains("device: cuda:0") && out.contains("== CUDA steps ==") && out.contains("== generated CUDA C =="), "{out}");
     assert!(out.contains("__global__"), "no CUDA C in:\n{out}");
     let steps = cuda_steps(&out);
-    // Convs go to cuDNN, each with its fused epilogue (bias, residual add, ReLU) as a kernel; the
-    // classifier's matmul goes to cuBLAS; the global average pool is a block reduction.
-    assert!(steps.iter().any(|l| l.contains("cuDNN conv + epilogue kernel ") && l.contains("conv2d")), "{out}");
+    // Convs go to cuDNN, which also adds the bias (the folded BatchNorm), the residual and the
+    // ReLU; the classifier's matmul goes to cuBLAS; the global average pool is a block reduction.
+    assert!(steps.iter().any(|l| l.contains("cuDNN conv+bias+relu (fused)") && l.contains("conv2d, relu")), "{out}");
+    assert!(steps.iter().any(|l| l.contains("cuDNN conv+bias+add+relu (fused)") && l.contains("conv2d, add, relu")), "{out}");
     assert!(steps.iter().any(|l| l.contains("cuBLAS sgemm") && l.contains("matmul")), "{out}");
     assert!(steps.iter().any(|l| l.contains("(PerThread block 256)")), "{out}");
     assert!(steps.iter().any(|l| l.contains("PerBlock block ") && l.contains("reduce_")), "{out}");

@@ -4,11 +4,12 @@
 //! functions of the steps' views.
 //!
 //! The library decisions are the runtime's own: [`MatmulPlan::new`] and its [`Batching`] for
-//! matmuls, [`cudnn_refusal`] for convs (both pure, so no GPU is needed). A conv cuDNN has no
+//! matmuls, [`cudnn_refusal`] for convs and [`fuse_conv_epilogues`] for the epilogues cuDNN
+//! applies itself (all pure, so no GPU is needed). A conv cuDNN has no
 //! algorithm for is an error when the executable is built, which only a GPU can tell.
 
 use crate::codegen::{CudaSource, Launch, render_cuda};
-use crate::exec::{Batching, MatmulPlan, cudnn_refusal};
+use crate::exec::{Batching, ConvFusion, MatmulPlan, cudnn_refusal, fuse_conv_epilogues};
 use kiln_ir::{Conv2dAttrs, DType, Error, Graph, Result};
 use kiln_sched::{BufView, ExternOp, Program, StepKind};
 use std::fmt;
@@ -24,8 +25,9 @@ pub enum Route {
     CublasBatched { batches: usize },
     /// One GEMM per batch entry (more entries than cuBLAS's 32-bit batch count).
     CublasLoop { calls: usize },
-    /// `cudnnConvolutionForward` (plus `cudnnAddTensor` for a bias).
-    Cudnn,
+    /// One cuDNN conv call; with a fusion, `cudnnConvolutionBiasActivationForward` adding the
+    /// bias (and the residual) and applying the ReLU.
+    Cudnn { fused: Option<ConvFusion> },
     /// Copied back, run by the reference kernels, copied up.
     Host { reason: String },
 }
@@ -33,7 +35,7 @@ pub enum Route {
 impl Route {
     /// Whether this is a library call (cuBLAS or cuDNN).
     pub fn is_library(&self) -> bool {
-        matches!(self, Route::CublasStridedBatched { .. } | Route::CublasBatched { .. } | Route::CublasLoop { .. } | Route::Cudnn)
+        matches!(self, Route::CublasStridedBatched { .. } | Route::CublasBatched { .. } | Route::CublasLoop { .. } | Route::Cudnn { .. })
     }
 }
 
@@ -53,7 +55,9 @@ impl fmt::Display for Route {
             Route::CublasStridedBatched { batches } => write!(f, "cuBLAS sgemm strided-batched (batch {batches})"),
             Route::CublasBatched { batches } => write!(f, "cuBLAS sgemm batched over pointer arrays (batch {batches})"),
             Route::CublasLoop { calls } => write!(f, "cuBLAS sgemm x {calls}"),
-            Route::Cudnn => f.write_str("cuDNN conv"),
+            Route::Cudnn { fused: None } => f.write_str("cuDNN conv"),
+            Route::Cudnn { fused: Some(ConvFusion { residual: None }) } => f.write_str("cuDNN conv+bias+relu (fused)"),
+            Route::Cudnn { fused: Some(ConvFusion { residual: Some(_) }) } => f.write_str("cuDNN conv+bias+add+relu (fused)"),
             Route::Host { reason } => write!(f, "host ({reason})"),
         }
     }
@@ -78,19 +82,24 @@ pub struct CudaExplain {
 /// Routes every step of `program`; `graph` (the one the program was scheduled from) names
 /// the ops of each step.
 pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaExplain> {
-    let source = render_cuda(program)?;
+    let mut program = program.clone();
+    let fusions = fuse_conv_epilogues(&mut program);
+    let source = render_cuda(&program)?;
     let kernel = |name: &str| -> Result<Route> {
         let info = source.kernels.iter().find(|k| k.name == name).ok_or_else(|| Error::Device(format!("kernel {name} was not rendered")))?;
         Ok(Route::Kernel { name: name.to_string(), launch: info.launch })
     };
     let mut steps = Vec::with_capacity(program.steps.len());
-    for step in &program.steps {
+    for (step, fused) in program.steps.iter().zip(fusions) {
         let (route, epilogue) = match &step.kind {
             StepKind::Kernel { kernel: k, .. } => (kernel(&k.name)?, None),
             StepKind::Extern { op, inputs, out, out_shape, epilogue } => {
                 let route = match op {
                     ExternOp::MatMul => matmul_route(inputs, out_shape, program.buffer(*out).dtype)?,
-                    ExternOp::Conv2d(attrs) => conv_route(attrs, inputs, out_shape),
+                    ExternOp::Conv2d(attrs) => match conv_route(attrs, inputs, out_shape) {
+                        Route::Cudnn { .. } => Route::Cudnn { fused },
+                        host => host,
+                    },
                 };
                 (route, epilogue.as_ref().map(|e| kernel(&e.kernel.name)).transpose()?)
             }
@@ -118,7 +127,7 @@ pub fn matmul_route(inputs: &[BufView], out_shape: &[usize], dtype: DType) -> Re
 /// How a conv extern `x (*) w (+ bias) -> out_shape` runs.
 pub fn conv_route(attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize]) -> Route {
     match cudnn_refusal(attrs, inputs, out_shape) {
-        None => Route::Cudnn,
+        None => Route::Cudnn { fused: None },
         Some(reason) => Route::Host { reason: reason.into() },
     }
 }
@@ -179,7 +188,7 @@ mod tests {
         let x = view(&[1, 3, 8, 8], &[192, 64, 8, 1]);
         let w = view(&[4, 3, 3, 3], &[27, 9, 3, 1]);
         let pads = |padding| Conv2dAttrs { stride: [1, 1], padding, dilation: [1, 1], groups: 1, channels_last: false };
-        assert_eq!(conv_route(&pads([1, 1, 1, 1]), &[x.clone(), w.clone()], &[1, 4, 8, 8]), Route::Cudnn);
+        assert_eq!(conv_route(&pads([1, 1, 1, 1]), &[x.clone(), w.clone()], &[1, 4, 8, 8]), Route::Cudnn { fused: None });
         assert_eq!(conv_route(&pads([0, 0, 1, 1]), &[x.clone(), w], &[1, 4, 7, 7]), Route::Host { reason: "asymmetric padding".into() });
         let w = view(&[4, 3, 3, 3], &[1, 4, 12, 36]);
         assert_eq!(conv_route(&pads([1, 1, 1, 1]), &[x, w], &[1, 4, 8, 8]), Route::Host { reason: "the filter is not dense".into() });

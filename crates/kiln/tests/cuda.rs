@@ -245,6 +245,53 @@ fn half_models_on_the_gpu_run_matmuls_and_convs_in_cublas_and_cudnn() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A ResNet block with per-channel BatchNorms of random parameters: `relu(bn(conv(relu(bn(conv(x))))) + bn(conv1x1(x)))`.
+fn conv_bn_block() -> (kiln_ir::Graph, Vec<HostTensor>) {
+    use kiln_ir::{BinaryOp, Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};
+    let rand = |shape: &[usize], seed: u64| zoo::random_normal(shape, DType::F32, seed).unwrap().to_host().unwrap();
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[2, 8, 10, 10])));
+    let mut seed = 10;
+    let mut conv_bn = |g: &mut Graph, x, k: usize, pad: usize| {
+        seed += 10;
+        let attrs = Conv2dAttrs { stride: [1, 1], padding: [pad; 4], dilation: [1, 1], groups: 1, channels_last: false };
+        let w = g.constant(rand(&[8, 8, k, k], seed));
+        let y = g.add(Op::Conv2d(attrs), &[x, w]).unwrap();
+        let var = HostTensor::from_vec(rand(&[8], seed + 4).to_f64_vec().iter().map(|v| (v.abs() + 0.5) as f32).collect::<Vec<f32>>(), &[8]).unwrap();
+        let p: Vec<_> = [rand(&[8], seed + 1), rand(&[8], seed + 2), rand(&[8], seed + 3), var].into_iter().map(|t| g.constant(t)).collect();
+        g.add(Op::BatchNorm { eps: 1e-5 }, &[y, p[0], p[1], p[2], p[3]]).unwrap()
+    };
+    let a = conv_bn(&mut g, x, 3, 1);
+    let a = g.add(Op::Unary(UnaryOp::Relu), &[a]).unwrap();
+    let b = conv_bn(&mut g, a, 3, 1);
+    let d = conv_bn(&mut g, x, 1, 0);
+    let sum = g.add(Op::Binary(BinaryOp::Add), &[b, d]).unwrap();
+    let out = g.add(Op::Unary(UnaryOp::Relu), &[sum]).unwrap();
+    g.output(out);
+    (g, vec![rand(&[2, 8, 10, 10], 1)])
+}
+
+#[test]
+fn conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter() {
+    if !gpu_or_skip("conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter") {
+        return;
+    }
+    let dir = cache_dir("conv-fusion");
+    let (g, xs) = conv_bn_block();
+    let want = kiln_cpu::run(&g, &xs).unwrap();
+    for mode in [Mode::Default, Mode::ReduceOverhead] {
+        let (got, c) = run_on_gpu(&g, &xs, mode, &dir).unwrap();
+        compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        // BatchNorm went into the weights, bias and ReLU into the first conv's cuDNN call: the
+        // one generated kernel is the last add + ReLU, which writes the NCHW output from the
+        // channels-last convs.
+        let source = c.report().source.clone().unwrap_or_default();
+        assert_eq!(source.matches("__global__").count(), 1, "{mode:?}:\n{source}");
+        assert!(c.host_ops().is_empty(), "{:?}", c.host_ops());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn m_inputs(m: &dyn Model, seed: u64) -> Vec<HostTensor> {
     m.example_inputs(seed).unwrap().iter().map(|t| t.to_host().unwrap()).collect()
 }

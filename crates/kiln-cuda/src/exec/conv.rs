@@ -1,11 +1,15 @@
 //! Conv2d through cuDNN: descriptors and the algorithm are chosen once per step when the
-//! executable is built; a run only calls `cudnnConvolutionForward` (and `cudnnAddTensor` for
-//! the bias). Math: `CUDNN_DEFAULT_MATH`, which lets cuDNN use TF32 tensor cores for f32, as
+//! executable is built; a run makes one call. A conv with a bias uses
+//! `cudnnConvolutionBiasActivationForward`, which adds the bias (and a residual, and applies a
+//! ReLU, when [`super::conv_fusion`] folded the step's epilogue in) inside the conv: with ReLU
+//! for any algorithm, without it (identity) only for IMPLICIT_PRECOMP_GEMM, as cuDNN allows;
+//! otherwise `cudnnConvolutionForward` then `cudnnAddTensor` for the bias. Math: `CUDNN_DEFAULT_MATH`, which lets cuDNN use TF32 tensor cores for f32, as
 //! PyTorch's default `allow_tf32` for convolutions does; `KILN_CUDA_TF32=0` asks for strict
 //! fp32 (`CUDNN_FMA_MATH`), as `torch.backends.cudnn.allow_tf32 = False` does. f16 / bf16
 //! tensors compute in f32 (`CUDNN_DATA_FLOAT` convolution descriptor) with tensor cores
 //! (`CUDNN_TENSOR_OP_MATH`), as PyTorch; a configuration cuDNN rejects for them runs on the host.
 
+use super::conv_fusion::ConvFusion;
 use crate::device::Gpu;
 use cudarc::cudnn::{result, sys};
 use kiln_ir::{Conv2dAttrs, DType, Error, Result};
@@ -27,8 +31,19 @@ pub(crate) struct ConvPlan {
     conv: sys::cudnnConvolutionDescriptor_t,
     y: sys::cudnnTensorDescriptor_t,
     bias: Option<sys::cudnnTensorDescriptor_t>,
+    /// Set when the bias (and the fusion) go through `cudnnConvolutionBiasActivationForward`.
+    act: Option<sys::cudnnActivationDescriptor_t>,
+    /// What the fused call adds after the bias (`None`: the bias alone, or no bias).
+    fusion: Option<ConvFusion>,
     pub(crate) algo: sys::cudnnConvolutionFwdAlgo_t,
     /// Workspace bytes the algorithm needs.
+    algo_workspace: usize,
+    /// A channels-last conv whose x is not NHWC-packed (the image, NCHW, into the stem): x as
+    /// it lies, copied by `cudnnTransformTensor` into the start of the workspace, this many
+    /// bytes (rounded up to 256), where the conv reads it. cuDNN has no algorithm for an NCHW
+    /// x with an NHWC result.
+    staged: Option<(sys::cudnnTensorDescriptor_t, usize)>,
+    /// Workspace bytes a run needs: the staged x, then the algorithm's.
     pub workspace: usize,
 }
 
@@ -84,14 +99,16 @@ impl ConvPlan {
     /// `None` when cuDNN cannot take it as given (asymmetric padding, a non-dense filter, sizes
     /// past i32, a dtype other than f32 / f16 / bf16, an f16 / bf16 configuration cuDNN
     /// rejects): the caller then runs the step on the host.
-    pub fn new(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], dtype: DType) -> Result<Option<ConvPlan>> {
+    /// With `fusion` (f32 only, a bias required: [`super::conv_fusion`] checked both) the call
+    /// also applies the fused residual add and ReLU.
+    pub fn new(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], dtype: DType, fusion: Option<ConvFusion>) -> Result<Option<ConvPlan>> {
         let ty = match dtype {
             DType::F32 => sys::cudnnDataType_t::CUDNN_DATA_FLOAT,
             DType::F16 => sys::cudnnDataType_t::CUDNN_DATA_HALF,
             DType::BF16 => sys::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
             _ => return Ok(None),
         };
-        match Self::build(gpu, attrs, inputs, out_shape, ty) {
+        match Self::build(gpu, attrs, inputs, out_shape, ty, fusion) {
             Ok(plan) => Ok(plan),
             // f32 convs have always planned; only the 16-bit configurations may be unsupported.
             Err(e) if dtype != DType::F32 => {
@@ -102,33 +119,57 @@ impl ConvPlan {
         }
     }
 
-    fn build(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], ty: sys::cudnnDataType_t) -> Result<Option<ConvPlan>> {
+    fn build(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], ty: sys::cudnnDataType_t, fusion: Option<ConvFusion>) -> Result<Option<ConvPlan>> {
         let (x, w) = (&inputs[0], &inputs[1]);
         if cudnn_refusal(attrs, inputs, out_shape).is_some() {
             return Ok(None);
         }
         let handle = gpu.cudnn()?.0;
         // The plan owns each descriptor as soon as it exists, so an error below destroys them.
+        // cuDNN takes dims in NCHW order and reads the layout from the strides (and, for the
+        // filter, from its format): a channels-last conv's views are permuted into that order.
+        let axes = attrs.nchw_axes();
+        let nchw = |v: &[usize]| -> Vec<usize> { axes.iter().map(|&i| v[i]).collect() };
+        let packed = dense_strides(&x.shape);
         let mut plan = ConvPlan {
-            x: tensor_desc(ty, &x.shape, &x.strides)?,
+            x: tensor_desc(ty, &nchw(&x.shape), &nchw(&packed))?,
             y: std::ptr::null_mut(),
             w: std::ptr::null_mut(),
             conv: std::ptr::null_mut(),
             bias: None,
+            act: None,
+            fusion,
             algo: sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+            algo_workspace: 0,
+            staged: None,
             workspace: 0,
         };
-        plan.y = tensor_desc(ty, out_shape, &dense_strides(out_shape))?;
+        if x.strides != packed {
+            if attrs.channels_last {
+                let elem = if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { 4 } else { 2 };
+                let bytes = (x.shape.iter().product::<usize>() * elem).next_multiple_of(256);
+                plan.staged = Some((tensor_desc(ty, &nchw(&x.shape), &nchw(&x.strides))?, bytes));
+            } else {
+                // An NCHW conv reads any strides itself.
+                let strided = tensor_desc(ty, &nchw(&x.shape), &nchw(&x.strides))?;
+                // SAFETY: the packed descriptor created above, replaced before anything used it.
+                let _ = unsafe { result::destroy_tensor_descriptor(plan.x) };
+                plan.x = strided;
+            }
+        }
+        plan.y = tensor_desc(ty, &nchw(out_shape), &nchw(&dense_strides(out_shape)))?;
         plan.w = result::create_filter_descriptor().map_err(|e| dnn("create filter descriptor", e))?;
         plan.conv = result::create_convolution_descriptor().map_err(|e| dnn("create convolution descriptor", e))?;
         if inputs.len() > 2 {
-            plan.bias = Some(tensor_desc(ty, &[1, out_shape[1], 1, 1], &[out_shape[1], 1, 1, 1])?);
+            let o = w.shape[0];
+            plan.bias = Some(tensor_desc(ty, &[1, o, 1, 1], &[o, 1, 1, 1])?);
         }
         let (xd, yd, wd, cd) = (plan.x, plan.y, plan.w, plan.conv);
-        let wdims: Vec<i32> = w.shape.iter().map(|&d| d as i32).collect();
+        let wdims: Vec<i32> = nchw(&w.shape).iter().map(|&d| d as i32).collect();
+        let format = if attrs.channels_last { sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC } else { sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW };
         // SAFETY: fresh descriptors, arrays of the stated lengths.
         unsafe {
-            result::set_filternd_descriptor(wd, ty, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, 4, wdims.as_ptr()).map_err(|e| dnn("filter descriptor", e))?;
+            result::set_filternd_descriptor(wd, ty, format, 4, wdims.as_ptr()).map_err(|e| dnn("filter descriptor", e))?;
         }
         let pads = [attrs.padding[0] as i32, attrs.padding[1] as i32];
         let strides = [attrs.stride[0] as i32, attrs.stride[1] as i32];
@@ -152,23 +193,83 @@ impl ConvPlan {
             .iter()
             .find(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE)
             .ok_or_else(|| Error::Device(format!("cuDNN has no algorithm for conv {:?} * {:?} -> {out_shape:?}", x.shape, w.shape)))?;
-        (plan.algo, plan.workspace) = (best.algo, best.memory);
+        (plan.algo, plan.algo_workspace) = (best.algo, best.memory);
+        plan.workspace = plan.staged.map_or(0, |(_, bytes)| bytes) + best.memory;
+        let f32 = ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+        let precomp = plan.algo == sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+        if plan.bias.is_some() && f32 && (fusion.is_some() || precomp) {
+            let mode = if fusion.is_some() { sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU } else { sys::cudnnActivationMode_t::CUDNN_ACTIVATION_IDENTITY };
+            plan.act = Some(activation(mode)?);
+        } else if fusion.is_some() {
+            return Err(Error::Device("conv fusion planned without a bias or in a 16-bit type".into()));
+        }
         if let Some(bd) = plan.bias
-            && ty != sys::cudnnDataType_t::CUDNN_DATA_FLOAT
+            && !f32
         {
-            try_bias_add(gpu, handle, bd, ty, out_shape[1])?;
+            try_bias_add(gpu, handle, bd, ty, w.shape[0])?;
         }
         Ok(Some(plan))
     }
 
-    /// Runs the conv: `y = conv(x, w) (+ bias)`, on kiln's stream.
+    /// `algo 1 +bias+add+relu` — what `kiln bench --profile` prints for this call.
+    pub fn describe(&self) -> String {
+        let fused = match (self.act.is_some(), self.fusion) {
+            (false, _) => "",
+            (true, None) => " +bias",
+            (true, Some(ConvFusion { residual: None })) => " +bias+relu",
+            (true, Some(ConvFusion { residual: Some(_) })) => " +bias+add+relu",
+        };
+        let staged = if self.staged.is_some() { "pack x NHWC, " } else { "" };
+        format!("{staged}algo {}{fused}", self.algo as i32)
+    }
+
+    /// Runs the conv: `y = conv(x, w) (+ bias)`, then the fusion's `+ z` and ReLU, on kiln's
+    /// stream.
     ///
     /// # Safety
-    /// The pointers must address the views this plan was made for, and `workspace` at least
-    /// [`ConvPlan::workspace`] bytes.
-    pub unsafe fn run(&self, gpu: &Gpu, x: u64, w: u64, bias: Option<u64>, y: u64, workspace: u64) -> Result<()> {
+    /// The pointers must address the views this plan was made for (`z` the fusion's residual,
+    /// shaped as `y`), and `workspace` at least [`ConvPlan::workspace`] bytes.
+    pub unsafe fn run(&self, gpu: &Gpu, x: u64, w: u64, bias: Option<u64>, z: Option<u64>, y: u64, workspace: u64) -> Result<()> {
         let handle = gpu.cudnn()?.0;
         let (one, zero) = (1f32, 0f32);
+        let (x, workspace) = match self.staged {
+            Some((src, bytes)) => {
+                // SAFETY: `x` lies as `src` describes; the workspace's first `bytes` hold it packed.
+                unsafe { sys::cudnnTransformTensor(handle, (&one as *const f32).cast(), src, x as *const c_void, (&zero as *const f32).cast(), self.x, workspace as *mut c_void) }
+                    .result()
+                    .map_err(|e| dnn("packing x channels last", e))?;
+                (workspace, workspace + bytes as u64)
+            }
+            None => (x, workspace),
+        };
+        if let (Some(act), Some(bd), Some(b)) = (self.act, self.bias, bias) {
+            // cuDNN reads `z` only when alpha2 is nonzero; `y` stands in for it otherwise.
+            let alpha2 = if z.is_some() { one } else { zero };
+            // SAFETY: per this function's contract; `z` has `y`'s shape and descriptor.
+            return unsafe {
+                result::convolution_bias_activation_forward(
+                    handle,
+                    (&one as *const f32).cast(),
+                    self.x,
+                    x as *const c_void,
+                    self.w,
+                    w as *const c_void,
+                    self.conv,
+                    self.algo,
+                    workspace as *mut c_void,
+                    self.algo_workspace,
+                    (&alpha2 as *const f32).cast(),
+                    self.y,
+                    z.unwrap_or(y) as *const c_void,
+                    bd,
+                    b as *const c_void,
+                    act,
+                    self.y,
+                    y as *mut c_void,
+                )
+            }
+            .map_err(|e| dnn("fused convolution, bias and activation", e));
+        }
         // SAFETY: per this function's contract.
         unsafe {
             result::convolution_forward(
@@ -181,7 +282,7 @@ impl ConvPlan {
                 self.conv,
                 self.algo,
                 workspace as *mut c_void,
-                self.workspace,
+                self.algo_workspace,
                 (&zero as *const f32).cast(),
                 self.y,
                 y as *mut c_void,
@@ -195,6 +296,18 @@ impl ConvPlan {
         }
         Ok(())
     }
+}
+
+/// An activation descriptor of `mode`; NaN propagates, as kiln's ReLU.
+fn activation(mode: sys::cudnnActivationMode_t) -> Result<sys::cudnnActivationDescriptor_t> {
+    let d = result::create_activation_descriptor().map_err(|e| dnn("create activation descriptor", e))?;
+    // SAFETY: a fresh descriptor.
+    unsafe { result::set_activation_descriptor(d, mode, sys::cudnnNanPropagation_t::CUDNN_PROPAGATE_NAN, 0.0) }.map_err(|e| {
+        // SAFETY: created above, not handed out.
+        let _ = unsafe { sys::cudnnDestroyActivationDescriptor(d) };
+        dnn("activation descriptor", e)
+    })?;
+    Ok(d)
 }
 
 /// Adds a zero bias of `o` channels (descriptor `bd`) to a scratch `[1, o, 1, 1]` of `ty`, so a
@@ -223,7 +336,7 @@ impl Drop for ConvPlan {
         // SAFETY: descriptors this plan created and nobody else holds.
         // (A plan dropped while being built may hold null descriptors: skipped.)
         unsafe {
-            for t in [Some(self.x), Some(self.y), self.bias].into_iter().flatten().filter(|d| !d.is_null()) {
+            for t in [Some(self.x), Some(self.y), self.bias, self.staged.map(|(d, _)| d)].into_iter().flatten().filter(|d| !d.is_null()) {
                 let _ = result::destroy_tensor_descriptor(t);
             }
             if !self.w.is_null() {
@@ -231,6 +344,9 @@ impl Drop for ConvPlan {
             }
             if !self.conv.is_null() {
                 let _ = result::destroy_convolution_descriptor(self.conv);
+            }
+            if let Some(a) = self.act {
+                let _ = sys::cudnnDestroyActivationDescriptor(a);
             }
         }
     }

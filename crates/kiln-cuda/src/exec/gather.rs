@@ -54,17 +54,6 @@ fn module(gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Arc<Module>> {
     Ok(loaded)
 }
 
-fn dense(v: &BufView) -> bool {
-    let mut s = 1usize;
-    for (&d, &st) in v.shape.iter().zip(&v.strides).rev() {
-        if d != 1 && st != s {
-            return false;
-        }
-        s *= d;
-    }
-    true
-}
-
 /// A gather step bound to its buffers.
 pub(crate) struct GatherCall {
     func: sys::CUfunction,
@@ -86,7 +75,7 @@ impl GatherCall {
         let (data, idx) = (&inputs[0], &inputs[1]);
         let dt = p.buffer(data.buf).dtype;
         let it = p.buffer(idx.buf).dtype;
-        if !dense(data) || !dense(idx) || axis >= data.shape.len() || !matches!(it, DType::I32 | DType::I64) {
+        if !data.layout().is_contiguous() || !idx.layout().is_contiguous() || axis >= data.shape.len() || !matches!(it, DType::I32 | DType::I64) {
             return Ok(None);
         }
         let size = dt.size_of();

@@ -4,7 +4,7 @@
 //! step is logged when the executable is built.
 
 use crate::device::Gpu;
-use kiln_ir::{HostTensor, Layout, Op, Result, Storage};
+use kiln_ir::{HostTensor, Op, Result, Storage};
 use kiln_sched::{BufKind, BufView, Program};
 use std::sync::Arc;
 
@@ -19,8 +19,7 @@ pub(crate) fn eval_on_host(gpu: &Gpu, p: &Program, ptrs: &[u64], op: &Op, inputs
             BufKind::Const(id) if p.consts.get(id.0 as usize).is_some_and(|c| c.is_dense()) => p.consts[id.0 as usize].storage.clone(),
             _ => Arc::new(Storage::from_le_bytes(b.dtype, &gpu.read(ptrs[v.buf.index()], b.bytes())?)?),
         };
-        let layout = Layout { shape: v.shape.clone(), strides: v.strides.iter().map(|&s| s as isize).collect(), offset: v.offset };
-        tensors.push(HostTensor { storage, layout });
+        tensors.push(HostTensor { storage, layout: v.layout() });
     }
     let refs: Vec<&HostTensor> = tensors.iter().collect();
     let result = kiln_cpu::eval(op, &refs)?.contiguous();

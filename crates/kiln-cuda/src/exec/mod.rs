@@ -4,34 +4,29 @@
 //! the inputs up, issues every step on kiln's stream and copies the outputs back.
 
 mod conv;
+mod conv_fusion;
+mod event;
 mod gather;
 mod graph;
 mod host;
 mod matmul;
+mod profile;
 
 use crate::codegen::{CudaSource, NVRTC_OPTIONS, render_cuda};
 use crate::device::{DeviceBuffer, Gpu, driver_error};
 use crate::module::Module;
 use conv::ConvPlan;
+use event::Event;
 use gather::GatherCall;
 use graph::GraphReplay;
 use cudarc::driver::{result, sys};
 use kiln_ir::{Error, HostTensor, Op, Result};
 use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, Program, StepKind};
 pub(crate) use conv::cudnn_refusal;
+pub use conv_fusion::{ConvFusion, fuse_conv_epilogues};
 pub(crate) use matmul::{Batching, MatmulPlan};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
-
-/// A CUDA event, destroyed when dropped (also when a timed run fails).
-struct Event(sys::CUevent);
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: an event this executable created; nothing uses it after this.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
-}
 
 /// A kernel launch with its arguments bound.
 struct KernelCall {
@@ -47,9 +42,20 @@ struct KernelCall {
 enum GpuStep {
     Kernel(KernelCall),
     Matmul { plan: MatmulPlan, a: u64, b: u64, c: u64, epilogue: Option<KernelCall> },
-    Conv { plan: ConvPlan, x: u64, w: u64, bias: Option<u64>, y: u64, epilogue: Option<KernelCall> },
+    /// `z`: the residual a fused call adds ([`ConvFusion`]).
+    Conv { plan: ConvPlan, x: u64, w: u64, bias: Option<u64>, z: Option<u64>, y: u64, epilogue: Option<KernelCall> },
     Gather(GatherCall),
     Host { op: Op, inputs: Vec<BufView>, out: u64, epilogue: Option<KernelCall> },
+}
+
+impl GpuStep {
+    /// The kernel that runs after the step's library call or host evaluation, if any.
+    fn epilogue(&self) -> Option<&KernelCall> {
+        match self {
+            GpuStep::Matmul { epilogue, .. } | GpuStep::Conv { epilogue, .. } | GpuStep::Host { epilogue, .. } => epilogue.as_ref(),
+            GpuStep::Kernel(_) | GpuStep::Gather(_) => None,
+        }
+    }
 }
 
 /// A program ready to run on a GPU.
@@ -85,10 +91,12 @@ fn addr(base: u64, v: &BufView, elem: usize) -> u64 {
 impl Executable {
     /// Binds `program` to `gpu`: renders and compiles its kernels (cubin from `cache` when
     /// there), uploads its constants and allocates its memory.
-    pub fn new(program: Program, gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Executable> {
+    pub fn new(mut program: Program, gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Executable> {
         let began = std::time::Instant::now();
         kiln_cpu::compiled::check_steps(&program)?;
         let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
+        // After placing memory: a fused conv writes its epilogue's output, already placed.
+        let fusions = fuse_conv_epilogues(&mut program);
         let source = render_cuda(&program)?;
         tracing::info!(target: "kiln::output_code", "generated CUDA C ({} kernels):\n{}", source.kernels.len(), source.source);
         let (module, cache_outcome) = if source.kernels.is_empty() {
@@ -137,7 +145,7 @@ impl Executable {
         let memory_done = began.elapsed();
         let mut steps = Vec::with_capacity(program.steps.len());
         let mut workspace = 0usize;
-        for step in &program.steps {
+        for (step, fusion) in program.steps.iter().zip(&fusions) {
             steps.push(match &step.kind {
                 StepKind::Kernel { kernel, args } => GpuStep::Kernel(call(kernel, args)?),
                 StepKind::Extern { op, inputs, out, out_shape, epilogue: e } => {
@@ -157,11 +165,12 @@ impl Executable {
                             }
                             None => host(Op::MatMul)?,
                         },
-                        ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape, dtype)? {
+                        ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape, dtype, *fusion)? {
                             Some(plan) => {
                                 workspace = workspace.max(plan.workspace);
                                 let at = |v: &BufView| addr(ptrs[v.buf.index()], v, dtype.size_of());
-                                GpuStep::Conv { plan, x: at(&inputs[0]), w: at(&inputs[1]), bias: inputs.get(2).map(at), y, epilogue: epilogue(e)? }
+                                let z = fusion.and_then(|f| f.residual).map(|r| ptrs[r.index()]);
+                                GpuStep::Conv { plan, x: at(&inputs[0]), w: at(&inputs[1]), bias: inputs.get(2).map(at), z, y, epilogue: epilogue(e)? }
                             }
                             None => host(Op::Conv2d(*attrs))?,
                         },
@@ -286,18 +295,14 @@ impl Executable {
             self.issue()?;
         }
         self.gpu.synchronize()?;
-        let ev = || result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map(Event).map_err(|e| driver_error("creating an event", e));
-        let (start, end) = (ev()?, ev()?);
+        let (start, end) = (Event::new()?, Event::new()?);
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
-            // SAFETY: live events recorded on kiln's live stream.
-            unsafe {
-                result::event::record(start.0, self.gpu.cu_stream()).map_err(|e| driver_error("recording an event", e))?;
-                self.issue()?;
-                result::event::record(end.0, self.gpu.cu_stream()).map_err(|e| driver_error("recording an event", e))?;
-                result::event::synchronize(end.0).map_err(|e| driver_error("waiting for an event", e))?;
-                times.push(result::event::elapsed(start.0, end.0).map_err(|e| driver_error("reading an event", e))? as f64);
-            }
+            start.record(&self.gpu)?;
+            self.issue()?;
+            end.record(&self.gpu)?;
+            end.synchronize()?;
+            times.push(start.ms_until(&end)?);
         }
         Ok(times)
     }
@@ -340,93 +345,22 @@ impl Executable {
 
     /// Issues one step; `between` runs after its kernel or library call, before its epilogue.
     fn issue_step(&self, step: &GpuStep, between: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        let epilogue = match step {
-            GpuStep::Kernel(k) => {
-                self.launch(k)?;
-                None
-            }
-            GpuStep::Matmul { plan, a, b, c, epilogue } => {
+        match step {
+            GpuStep::Kernel(k) => self.launch(k)?,
+            GpuStep::Matmul { plan, a, b, c, .. } => {
                 // SAFETY: the addresses are this program's buffers, which the plan was made for.
-                unsafe { plan.run(&self.gpu, *a, *b, *c)? };
-                epilogue.as_ref()
+                unsafe { plan.run(&self.gpu, *a, *b, *c)? }
             }
-            GpuStep::Conv { plan, x, w, bias, y, epilogue } => {
+            GpuStep::Conv { plan, x, w, bias, z, y, .. } => {
                 let ws = self.workspace.as_ref().map_or(0, DeviceBuffer::ptr);
                 // SAFETY: as above; the workspace is the largest any plan asked for.
-                unsafe { plan.run(&self.gpu, *x, *w, *bias, *y, ws)? };
-                epilogue.as_ref()
+                unsafe { plan.run(&self.gpu, *x, *w, *bias, *z, *y, ws)? }
             }
-            GpuStep::Gather(g) => {
-                g.launch(&self.gpu, self.error_flag.ptr())?;
-                None
-            }
-            GpuStep::Host { op, inputs, out, epilogue } => {
-                host::eval_on_host(&self.gpu, &self.program, &self.ptrs, op, inputs, *out)?;
-                epilogue.as_ref()
-            }
-        };
+            GpuStep::Gather(g) => g.launch(&self.gpu, self.error_flag.ptr())?,
+            GpuStep::Host { op, inputs, out, .. } => host::eval_on_host(&self.gpu, &self.program, &self.ptrs, op, inputs, *out)?,
+        }
         between()?;
-        epilogue.map_or(Ok(()), |k| self.launch(k))
-    }
-
-    /// Device time of every step over `runs` runs (at least 1), each step's kernel or library
-    /// call and its epilogue timed apart with CUDA events: each part's median, and the median
-    /// whole run (parts timed back to back, so their sum is close to it).
-    pub fn profile(&self, inputs: &[HostTensor], runs: usize) -> Result<(Vec<kiln_cpu::compiled::StepTime>, std::time::Duration)> {
-        let _one = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.stage_inputs(inputs)?;
-        self.gpu.bind()?;
-        // One warm-up run: lazy module loading and library heuristics are not the steps' time.
-        self.issue_steps()?;
-        let ev = || result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map(Event).map_err(|e| driver_error("creating an event", e));
-        let record = |e: &Event| {
-            // SAFETY: a live event recorded on kiln's live stream.
-            unsafe { result::event::record(e.0, self.gpu.cu_stream()) }.map_err(|e| driver_error("recording an event", e))
-        };
-        let elapsed = |a: &Event, b: &Event| {
-            // SAFETY: both events were recorded and `b` has completed (synchronised below).
-            unsafe { result::event::elapsed(a.0, b.0) }.map(|ms| ms as f64).map_err(|e| driver_error("reading an event", e))
-        };
-        let marks: Vec<[Event; 3]> = self.steps.iter().map(|_| Ok([ev()?, ev()?, ev()?])).collect::<Result<_>>()?;
-        let runs = runs.max(1);
-        let mut parts: Vec<[Vec<f64>; 2]> = self.steps.iter().map(|_| [Vec::new(), Vec::new()]).collect();
-        let mut whole = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            for (step, m) in self.steps.iter().zip(&marks) {
-                record(&m[0])?;
-                self.issue_step(step, &mut || record(&m[1]))?;
-                record(&m[2])?;
-            }
-            self.gpu.synchronize()?;
-            let mut total = 0.0;
-            for (p, m) in parts.iter_mut().zip(&marks) {
-                let (main, epi) = (elapsed(&m[0], &m[1])?, elapsed(&m[1], &m[2])?);
-                p[0].push(main);
-                p[1].push(epi);
-                total += main + epi;
-            }
-            whole.push(total);
-        }
-        let ms = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            std::time::Duration::from_secs_f64(v.get(v.len() / 2).copied().unwrap_or(0.0) / 1e3)
-        };
-        let mut out = Vec::new();
-        for (i, (step, p)) in self.steps.iter().zip(parts.iter_mut()).enumerate() {
-            let what = kiln_cpu::compiled::describe(&self.program.steps[i].kind);
-            let (main, epi) = match step {
-                GpuStep::Kernel(_) => (what, None),
-                GpuStep::Matmul { epilogue, .. } => (format!("cuBLAS {what}"), epilogue.as_ref()),
-                GpuStep::Conv { plan, epilogue, .. } => (format!("cuDNN algo {} {what}", plan.algo as i32), epilogue.as_ref()),
-                GpuStep::Gather(_) => (format!("gather kernel {what}"), None),
-                GpuStep::Host { epilogue, .. } => (format!("host {what}"), epilogue.as_ref()),
-            };
-            out.push(kiln_cpu::compiled::StepTime { step: i, what: main, median: ms(&mut p[0]) });
-            if let Some(k) = epi {
-                out.push(kiln_cpu::compiled::StepTime { step: i, what: format!("epilogue {}", k.name), median: ms(&mut p[1]) });
-            }
-        }
-        Ok((out, ms(&mut whole)))
+        step.epilogue().map_or(Ok(()), |k| self.launch(k))
     }
 
     fn launch(&self, k: &KernelCall) -> Result<()> {

@@ -1,0 +1,161 @@
+//! Conv epilogues cuDNN applies inside the conv call. `cudnnConvolutionBiasActivationForward`
+//! computes `y = relu(conv(x, w) + bias + z)` in one call, so a conv step with a bias whose
+//! epilogue is `relu(out)` or `relu(out + z)` (ResNet's conv + folded BatchNorm + ReLU, and its
+//! residual add) needs neither the epilogue kernel nor cuDNN's separate bias pass: two passes
+//! over the output saved. The decision is pure (no GPU), so `kiln explain --device cuda` shows
+//! the same routes the runtime takes.
+
+use super::cudnn_refusal;
+use kiln_ir::{DType, UnaryOp};
+use kiln_sched::kernel::{Expr, ExprId, Stage};
+use kiln_sched::memory::live_intervals;
+use kiln_sched::{BufId, BufKind, ExternOp, Program, StepKind};
+
+/// What the fused call adds after the conv and its bias: a ReLU, after adding `residual`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvFusion {
+    /// The buffer added before the ReLU (read at the output's own index).
+    pub residual: Option<BufId>,
+}
+
+/// Folds every conv epilogue cuDNN can apply itself into its step: the epilogue is removed and
+/// the step's `out` becomes the epilogue's output (the conv's own result, read by nothing else,
+/// is never written). Returns each step's fusion (`None`: left as it was).
+pub fn fuse_conv_epilogues(program: &mut Program) -> Vec<Option<ConvFusion>> {
+    let live = live_intervals(program);
+    let found: Vec<Option<(ConvFusion, BufId)>> = (0..program.steps.len()).map(|i| fusable(program, &live, i)).collect();
+    for (step, f) in program.steps.iter_mut().zip(&found) {
+        if let (Some((_, y)), StepKind::Extern { out, epilogue, .. }) = (f, &mut step.kind) {
+            *out = *y;
+            *epilogue = None;
+        }
+    }
+    found.into_iter().map(|f| f.map(|(fusion, _)| fusion)).collect()
+}
+
+/// The fusion of step `i` and the buffer the fused call writes, when cuDNN can take it: an f32
+/// conv with a bias that cuDNN runs ([`cudnn_refusal`]), whose result only its epilogue reads,
+/// and whose epilogue is one dense store of `relu(out)` or `relu(out + z)`.
+fn fusable(p: &Program, live: &[Option<(usize, usize)>], i: usize) -> Option<(ConvFusion, BufId)> {
+    let StepKind::Extern { op: ExternOp::Conv2d(attrs), inputs, out, out_shape, epilogue: Some(e) } = &p.steps[i].kind else {
+        return None;
+    };
+    let f32_buf = |b: BufId| p.buffers.get(b.index()).is_some_and(|buf| buf.dtype == DType::F32);
+    let only_here = live.get(out.index()).copied().flatten() == Some((i, i)) && !p.outputs.iter().any(|(o, _)| o == out);
+    if inputs.len() != 3 || !f32_buf(*out) || !only_here || cudnn_refusal(attrs, inputs, out_shape).is_some() {
+        return None;
+    }
+    let k = &e.kernel;
+    let [Stage::Store { loops, arg, index, value }] = k.stages.as_slice() else {
+        return None;
+    };
+    let numel = p.buffer(*out).numel;
+    let y = *e.args.get(*arg as usize)?;
+    let points = k.outer_points() * loops.iter().map(|l| l.extent).product::<usize>();
+    let written_only_y = k.args.iter().enumerate().all(|(a, arg_info)| arg_info.written == (a == *arg as usize));
+    let dense = |b: BufId| f32_buf(b) && p.buffer(b).numel == numel;
+    if points != numel || !written_only_y || !dense(y) || p.buffer(y).kind != BufKind::Temp {
+        return None;
+    }
+    // The buffer an expression loads at the store's own index.
+    let load = |id: ExprId| -> Option<BufId> {
+        match &k.exprs.get(id as usize)?.expr {
+            Expr::Load { arg, index: at } if at == index => e.args.get(*arg as usize).copied(),
+            _ => None,
+        }
+    };
+    let Expr::Unary { op: UnaryOp::Relu, x } = k.exprs.get(*value as usize)?.expr else {
+        return None;
+    };
+    let residual = match &k.exprs.get(x as usize)?.expr {
+        Expr::Load { .. } => (load(x)? == *out).then_some(None)?,
+        Expr::Binary { op: kiln_ir::BinaryOp::Add, a, b } => match (load(*a)?, load(*b)?) {
+            (l, z) | (z, l) if l == *out && z != *out && dense(z) => Some(z),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some((ConvFusion { residual }, y))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::{BinaryOp, Conv2dAttrs, Graph, HostTensor, Op, Shape, TensorType};
+    use kiln_sched::{GPU_EXTERN_DTYPES, ScheduleOptions, schedule};
+
+    const ATTRS: Conv2dAttrs = Conv2dAttrs { stride: [1, 1], padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1, channels_last: false };
+
+    /// `relu(conv(x, w, b) [+ r])`, `[1, 3, 6, 6] -> [1, 4, 6, 6]`, optionally also returning the conv.
+    fn block(dtype: kiln_ir::DType, bias: bool, residual: bool, attrs: Conv2dAttrs, conv_is_output: bool) -> Program {
+        let mut g = Graph::new();
+        let x = g.input("x", TensorType::new(dtype, Shape::fixed(&[1, 3, 6, 6])));
+        let w = g.constant(HostTensor::zeros(dtype, &[4, 3, 3, 3]));
+        let mut args = vec![x, w];
+        if bias {
+            args.push(g.constant(HostTensor::zeros(dtype, &[4])));
+        }
+        let c = g.add(Op::Conv2d(attrs), &args).unwrap();
+        let mut v = c;
+        if residual {
+            let r = g.input("r", TensorType::new(dtype, Shape::fixed(&[1, 4, 6, 6])));
+            v = g.add(Op::Binary(BinaryOp::Add), &[v, r]).unwrap();
+        }
+        let out = g.add(Op::Unary(UnaryOp::Relu), &[v]).unwrap();
+        g.output(out);
+        if conv_is_output {
+            g.output(c);
+        }
+        let (mut p, _) = schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES }).unwrap();
+        p.memory = Some(kiln_sched::plan_memory(&p));
+        p
+    }
+
+    fn conv_step(p: &Program) -> (BufId, bool) {
+        p.steps
+            .iter()
+            .find_map(|s| match &s.kind {
+                StepKind::Extern { out, epilogue, .. } => Some((*out, epilogue.is_some())),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn conv_bias_relu_and_residual_fold_into_the_cudnn_call() {
+        for residual in [false, true] {
+            let mut p = block(DType::F32, true, residual, ATTRS, false);
+            let (_, had_epilogue) = conv_step(&p);
+            assert!(had_epilogue);
+            let before = p.kernels().count();
+            let fused = fuse_conv_epilogues(&mut p);
+            let f = fused.iter().flatten().copied().collect::<Vec<_>>();
+            assert_eq!(f.len(), 1, "residual {residual}");
+            assert_eq!(f[0].residual.is_some(), residual);
+            let (out, has_epilogue) = conv_step(&p);
+            assert!(!has_epilogue);
+            assert_eq!(p.kernels().count(), before - 1, "the epilogue kernel is gone");
+            // The fused call writes the program's output itself.
+            assert_eq!(p.outputs[0].0, out);
+            if let Some(r) = f[0].residual {
+                assert_eq!(p.buffer(r).kind, BufKind::Input(1));
+            }
+        }
+    }
+
+    #[test]
+    fn convs_cudnn_cannot_fuse_keep_their_epilogue() {
+        let asymmetric = Conv2dAttrs { padding: [2, 2, 0, 0], ..ATTRS };
+        let cases = [
+            ("no bias", block(DType::F32, false, true, ATTRS, false)),
+            ("f16", block(DType::F16, true, false, ATTRS, false)),
+            ("conv result also an output", block(DType::F32, true, false, ATTRS, true)),
+            ("asymmetric padding runs on the host", block(DType::F32, true, true, asymmetric, false)),
+        ];
+        for (what, mut p) in cases {
+            let before = p.steps.clone();
+            assert!(fuse_conv_epilogues(&mut p).iter().all(Option::is_none), "{what}");
+            assert_eq!(p.steps, before, "{what}");
+        }
+    }
+}
