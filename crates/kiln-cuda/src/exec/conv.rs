@@ -99,7 +99,7 @@ impl ConvPlan {
     /// `None` when cuDNN cannot take it as given (asymmetric padding, a non-dense filter, sizes
     /// past i32, a dtype other than f32 / f16 / bf16, an f16 / bf16 configuration cuDNN
     /// rejects): the caller then runs the step on the host.
-    /// With `fusion` (f32 only, a bias required: [`super::conv_fusion`] checked both) the call
+    /// With `fusion` (a bias required: [`super::conv_fusion`] checked it) the call
     /// also applies the fused residual add and ReLU.
     pub fn new(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], dtype: DType, fusion: Option<ConvFusion>) -> Result<Option<ConvPlan>> {
         let ty = match dtype {
@@ -111,7 +111,8 @@ impl ConvPlan {
         match Self::build(gpu, attrs, inputs, out_shape, ty, fusion) {
             Ok(plan) => Ok(plan),
             // f32 convs have always planned; only the 16-bit configurations may be unsupported.
-            Err(e) if dtype != DType::F32 => {
+            // A fused conv cannot fall back: its epilogue is gone from the program.
+            Err(e) if dtype != DType::F32 && fusion.is_none() => {
                 tracing::info!(target: "kiln::cuda", "conv2d in {dtype}: {e}; runs on the host");
                 Ok(None)
             }
@@ -197,11 +198,11 @@ impl ConvPlan {
         plan.workspace = plan.staged.map_or(0, |(_, bytes)| bytes) + best.memory;
         let f32 = ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
         let precomp = plan.algo == sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-        if plan.bias.is_some() && f32 && (fusion.is_some() || precomp) {
+        if plan.bias.is_some() && (fusion.is_some() || precomp) {
             let mode = if fusion.is_some() { sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU } else { sys::cudnnActivationMode_t::CUDNN_ACTIVATION_IDENTITY };
             plan.act = Some(activation(mode)?);
         } else if fusion.is_some() {
-            return Err(Error::Device("conv fusion planned without a bias or in a 16-bit type".into()));
+            return Err(Error::Device("conv fusion planned without a bias".into()));
         }
         if let Some(bd) = plan.bias
             && !f32

@@ -33,16 +33,16 @@ pub fn fuse_conv_epilogues(program: &mut Program) -> Vec<Option<ConvFusion>> {
     found.into_iter().map(|f| f.map(|(fusion, _)| fusion)).collect()
 }
 
-/// The fusion of step `i` and the buffer the fused call writes, when cuDNN can take it: an f32
+/// The fusion of step `i` and the buffer the fused call writes, when cuDNN can take it: a float
 /// conv with a bias that cuDNN runs ([`cudnn_refusal`]), whose result only its epilogue reads,
 /// and whose epilogue is one dense store of `relu(out)` or `relu(out + z)`.
 fn fusable(p: &Program, live: &[Option<(usize, usize)>], i: usize) -> Option<(ConvFusion, BufId)> {
     let StepKind::Extern { op: ExternOp::Conv2d(attrs), inputs, out, out_shape, epilogue: Some(e) } = &p.steps[i].kind else {
         return None;
     };
-    let f32_buf = |b: BufId| p.buffers.get(b.index()).is_some_and(|buf| buf.dtype == DType::F32);
+    let float = |b: BufId| p.buffers.get(b.index()).is_some_and(|buf| matches!(buf.dtype, DType::F32 | DType::F16 | DType::BF16));
     let only_here = live.get(out.index()).copied().flatten() == Some((i, i)) && !p.outputs.iter().any(|(o, _)| o == out);
-    if inputs.len() != 3 || !f32_buf(*out) || !only_here || cudnn_refusal(attrs, inputs, out_shape).is_some() {
+    if inputs.len() != 3 || !float(*out) || !only_here || cudnn_refusal(attrs, inputs, out_shape).is_some() {
         return None;
     }
     let k = &e.kernel;
@@ -53,7 +53,7 @@ fn fusable(p: &Program, live: &[Option<(usize, usize)>], i: usize) -> Option<(Co
     let y = *e.args.get(*arg as usize)?;
     let points = k.outer_points() * loops.iter().map(|l| l.extent).product::<usize>();
     let written_only_y = k.args.iter().enumerate().all(|(a, arg_info)| arg_info.written == (a == *arg as usize));
-    let dense = |b: BufId| f32_buf(b) && p.buffer(b).numel == numel;
+    let dense = |b: BufId| float(b) && p.buffer(b).numel == numel;
     if points != numel || !written_only_y || !dense(y) || p.buffer(y).kind != BufKind::Temp {
         return None;
     }
@@ -86,8 +86,9 @@ mod tests {
 
     const ATTRS: Conv2dAttrs = Conv2dAttrs { stride: [1, 1], padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1, channels_last: false };
 
-    /// `relu(conv(x, w, b) [+ r])`, `[1, 3, 6, 6] -> [1, 4, 6, 6]`, optionally also returning the conv.
-    fn block(dtype: kiln_ir::DType, bias: bool, residual: bool, attrs: Conv2dAttrs, conv_is_output: bool) -> Program {
+    /// `relu(conv(x, w, b) [+ r])` (`tanh` for `relu: false`), `[1, 3, 6, 6] -> [1, 4, 6, 6]`,
+    /// optionally also returning the conv.
+    fn block(dtype: kiln_ir::DType, bias: bool, residual: bool, attrs: Conv2dAttrs, conv_is_output: bool, relu: bool) -> Program {
         let mut g = Graph::new();
         let x = g.input("x", TensorType::new(dtype, Shape::fixed(&[1, 3, 6, 6])));
         let w = g.constant(HostTensor::zeros(dtype, &[4, 3, 3, 3]));
@@ -101,7 +102,7 @@ mod tests {
             let r = g.input("r", TensorType::new(dtype, Shape::fixed(&[1, 4, 6, 6])));
             v = g.add(Op::Binary(BinaryOp::Add), &[v, r]).unwrap();
         }
-        let out = g.add(Op::Unary(UnaryOp::Relu), &[v]).unwrap();
+        let out = g.add(Op::Unary(if relu { UnaryOp::Relu } else { UnaryOp::Tanh }), &[v]).unwrap();
         g.output(out);
         if conv_is_output {
             g.output(c);
@@ -123,8 +124,8 @@ mod tests {
 
     #[test]
     fn conv_bias_relu_and_residual_fold_into_the_cudnn_call() {
-        for residual in [false, true] {
-            let mut p = block(DType::F32, true, residual, ATTRS, false);
+        for (residual, dtype) in [(false, DType::F32), (true, DType::F32), (true, DType::BF16), (false, DType::F16)] {
+            let mut p = block(dtype, true, residual, ATTRS, false, true);
             let (_, had_epilogue) = conv_step(&p);
             assert!(had_epilogue);
             let before = p.kernels().count();
@@ -147,10 +148,11 @@ mod tests {
     fn convs_cudnn_cannot_fuse_keep_their_epilogue() {
         let asymmetric = Conv2dAttrs { padding: [2, 2, 0, 0], ..ATTRS };
         let cases = [
-            ("no bias", block(DType::F32, false, true, ATTRS, false)),
-            ("f16", block(DType::F16, true, false, ATTRS, false)),
-            ("conv result also an output", block(DType::F32, true, false, ATTRS, true)),
-            ("asymmetric padding runs on the host", block(DType::F32, true, true, asymmetric, false)),
+            ("no bias", block(DType::F32, false, true, ATTRS, false, true)),
+            ("tanh, not relu", block(DType::F32, true, true, ATTRS, false, false)),
+            ("f64 (no extern)", block(DType::F64, true, false, ATTRS, false, true)),
+            ("conv result also an output", block(DType::F32, true, false, ATTRS, true, true)),
+            ("asymmetric padding runs on the host", block(DType::F32, true, true, asymmetric, false, true)),
         ];
         for (what, mut p) in cases {
             let before = p.steps.clone();

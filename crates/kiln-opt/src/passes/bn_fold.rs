@@ -26,9 +26,9 @@ use std::collections::HashMap;
 /// producing conv's weights and bias.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BnFold {
-    /// Rescale the producing f32 conv's weights (a new constant per conv) and give it the shift
-    /// as its bias, so no multiply-add is left; a BatchNorm after anything else, or in another
-    /// dtype, still becomes the multiply-add.
+    /// Rescale the producing conv's weights (a new constant per conv) and give it the shift as
+    /// its bias, so no multiply-add is left; a BatchNorm after anything else still becomes the
+    /// multiply-add.
     pub into_weights: bool,
 }
 
@@ -155,10 +155,7 @@ fn find(g: &Graph, into_weights: bool) -> HashMap<NodeId, Fold> {
         let weight_ok = |w: NodeId| {
             konst(w) && g.ty(w).dtype == ty.dtype && g.ty(w).shape.as_fixed().is_some_and(|s| s.first() == Some(&c))
         };
-        // f32 only: cuDNN fuses bias and ReLU into f32 convs, while a 16-bit conv's bias is a
-        // separate cudnnAddTensor pass (resnet50 bs64 bf16 on the H200: 7.99 ms with the bias
-        // in the conv, 6.23 ms with the multiply-add in kiln's epilogue).
-        let folds = if into_weights && ty.dtype == DType::F32 {
+let folds = if into_weights {
             bias.is_none_or(is_c) && yn.inputs.get(1).is_some_and(|&w| weight_ok(w))
         } else {
             bias.is_some_and(is_c)
