@@ -20,6 +20,7 @@
 use super::Pass;
 use crate::rewrite::{Rewrite, Step, use_counts};
 use kiln_ir::{BinaryOp, DType, Element, Error, Graph, HostTensor, NodeId, Op, Result};
+use rayon::prelude::*;
 use std::collections::HashMap;
 
 /// Turns BatchNorm with constant parameters into a per-channel multiply-add, or into the
@@ -113,10 +114,11 @@ fn scale_rows(w: &HostTensor, s: &[f64]) -> Result<HostTensor> {
     kiln_ir::with_dtype!(w.dtype(), T, {
         let v = w.values::<T>()?;
         let per_row = (v.len() / s.len().max(1)).max(1);
-        let mut out = Vec::with_capacity(v.len());
-        for (row, &k) in v.chunks(per_row).zip(s) {
-            out.extend(row.iter().map(|&x| T::from_f64(x.to_f64() * k)));
-        }
+        let mut out = vec![T::zero(); v.len()];
+        // Rows in parallel: the pages of the new weights are first touched by many threads.
+        out.par_chunks_mut(per_row).zip(v.par_chunks(per_row)).zip(s.par_iter()).for_each(|((dst, row), &k)| {
+            dst.iter_mut().zip(row).for_each(|(d, &x)| *d = T::from_f64(x.to_f64() * k));
+        });
         HostTensor::from_vec(out, w.shape())
     })
 }

@@ -10,6 +10,7 @@
 use super::Pass;
 use crate::rewrite::{Rewrite, Step};
 use kiln_ir::{Error, Graph, HostTensor, NodeId, Op, Result, Shape};
+use rayon::prelude::*;
 use std::collections::HashMap;
 
 /// Makes float convs with constant weights channels last (see the module doc).
@@ -151,13 +152,14 @@ fn channels_last_weight(w: &HostTensor) -> Result<HostTensor> {
     };
     kiln_ir::with_dtype!(w.dtype(), T, {
         let v = w.values::<T>()?;
-        let mut out = Vec::with_capacity(v.len());
-        for oi in 0..o {
-            let filter = &v[oi * c * kh * kw..(oi + 1) * c * kh * kw];
-            for tap in 0..kh * kw {
-                out.extend((0..c).map(|ci| filter[ci * kh * kw + tap]));
+        let per_filter = (c * kh * kw).max(1);
+        let mut out = vec![<T as kiln_ir::Element>::zero(); v.len()];
+        // Filters in parallel: the pages of the new weights are first touched by many threads.
+        out.par_chunks_mut(per_filter).zip(v.par_chunks(per_filter)).for_each(|(dst, filter)| {
+            for (tap, pixel) in dst.chunks_mut(c.max(1)).enumerate() {
+                pixel.iter_mut().enumerate().for_each(|(ci, d)| *d = filter[ci * kh * kw + tap]);
             }
-        }
+        });
         HostTensor::from_vec(out, &[o, kh, kw, c])
     })
 }
