@@ -4,7 +4,8 @@
 //! ```text
 //! Program (kiln-sched) ─ codegen/: kernel IR ─► CUDA C ─ nvrtc.rs: NVRTC ─► cubin (disk cache) ─ module.rs: load
 //!                      └ exec/: Executable runs the steps on kiln's stream: kernels, cuBLAS matmuls,
-//!                               cuDNN convs, epilogues; host.rs runs what has no GPU path yet
+//!                               cuDNN convs (conv_fusion.rs: bias, residual add and ReLU inside the
+//!                               call), epilogues; host.rs runs what has no GPU path yet
 //! device/: Gpu (context, stream, library handles), the caching allocator, copies, library checks
 //! explain.rs: where each step runs (kernel and launch, cuBLAS, cuDNN, host), without a GPU
 //! ```
