@@ -292,6 +292,38 @@ fn conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn grouped_and_depthwise_convs_run_channels_last_on_the_gpu_as_the_interpreter() {
+    use kiln_ir::{Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};
+    if !gpu_or_skip("grouped_and_depthwise_convs_run_channels_last_on_the_gpu_as_the_interpreter") {
+        return;
+    }
+    let dir = cache_dir("grouped");
+    for dtype in [DType::F32, DType::BF16] {
+        let rand = |shape: &[usize], seed: u64| zoo::random_normal(shape, dtype, seed).unwrap().to_host().unwrap();
+        let mut g = Graph::new();
+        let x = g.input("x", TensorType::new(dtype, Shape::fixed(&[2, 3, 17, 17])));
+        let mut v = x;
+        // (out channels, in channels per group, kernel, stride, groups): a stem, a depthwise
+        // conv (stride 2, padded), a grouped conv and a channel-multiplier depthwise conv.
+        for (i, (o, cg, k, s, groups)) in [(16, 3, 3, 1, 1), (16, 1, 3, 2, 16), (24, 8, 1, 1, 2), (48, 1, 3, 1, 24)].into_iter().enumerate() {
+            let attrs = Conv2dAttrs { stride: [s, s], padding: [k / 2; 4], dilation: [1, 1], groups, channels_last: false };
+            let w = g.constant(rand(&[o, cg, k, k], 10 + i as u64));
+            let b = g.constant(rand(&[o], 20 + i as u64));
+            let y = g.add(Op::Conv2d(attrs), &[v, w, b]).unwrap();
+            v = g.add(Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+        }
+        g.output(v);
+        let xs = vec![rand(&[2, 3, 17, 17], 1)];
+        let want = kiln_cpu::run(&g, &xs).unwrap();
+        let (got, c) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap_or_else(|e| panic!("{dtype}: {e}"));
+        assert!(c.host_ops().is_empty(), "{dtype}: {:?}", c.host_ops());
+        let tol = if dtype == DType::F32 { 1e-4 } else { 3e-2 };
+        compare(&got, &want, tol, tol).unwrap_or_else(|e| panic!("{dtype}: {e}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn m_inputs(m: &dyn Model, seed: u64) -> Vec<HostTensor> {
     m.example_inputs(seed).unwrap().iter().map(|t| t.to_host().unwrap()).collect()
 }
