@@ -56,8 +56,7 @@ impl fmt::Display for Route {
             Route::CublasBatched { batches } => write!(f, "cuBLAS sgemm batched over pointer arrays (batch {batches})"),
             Route::CublasLoop { calls } => write!(f, "cuBLAS sgemm x {calls}"),
             Route::Cudnn { fused: None } => f.write_str("cuDNN conv"),
-            Route::Cudnn { fused: Some(ConvFusion { residual: None }) } => f.write_str("cuDNN conv+bias+relu (fused)"),
-            Route::Cudnn { fused: Some(ConvFusion { residual: Some(_) }) } => f.write_str("cuDNN conv+bias+add+relu (fused)"),
+            Route::Cudnn { fused: Some(fusion) } => write!(f, "cuDNN conv{} (fused)", fusion.label()),
             Route::Host { reason } => write!(f, "host ({reason})"),
         }
     }

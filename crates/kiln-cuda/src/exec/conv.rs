@@ -3,8 +3,10 @@
 //! `cudnnConvolutionBiasActivationForward`, which adds the bias (and a residual, and applies a
 //! ReLU, when [`super::conv_fusion`] folded the step's epilogue in) inside the conv: with ReLU
 //! for any algorithm, without it (identity) only for IMPLICIT_PRECOMP_GEMM, as cuDNN allows;
-//! otherwise `cudnnConvolutionForward` then `cudnnAddTensor` for the bias. Math: `CUDNN_DEFAULT_MATH`, which lets cuDNN use TF32 tensor cores for f32, as
-//! PyTorch's default `allow_tf32` for convolutions does; `KILN_CUDA_TF32=0` asks for strict
+//! otherwise `cudnnConvolutionForward` then `cudnnAddTensor` for the bias.
+//!
+//! Math: `CUDNN_DEFAULT_MATH`, which lets cuDNN use TF32 tensor cores for f32, as PyTorch's
+//! default `allow_tf32` for convolutions does; `KILN_CUDA_TF32=0` asks for strict
 //! fp32 (`CUDNN_FMA_MATH`), as `torch.backends.cudnn.allow_tf32 = False` does. f16 / bf16
 //! tensors compute in f32 (`CUDNN_DATA_FLOAT` convolution descriptor) with tensor cores
 //! (`CUDNN_TENSOR_OP_MATH`), as PyTorch; a configuration cuDNN rejects for them runs on the host.
@@ -131,9 +133,13 @@ impl ConvPlan {
         // filter, from its format): a channels-last conv's views are permuted into that order.
         let axes = attrs.nchw_axes();
         let nchw = |v: &[usize]| -> Vec<usize> { axes.iter().map(|&i| v[i]).collect() };
+        // A channels-last x that is not NHWC-packed is staged packed; an NCHW conv reads any
+        // strides itself.
         let packed = dense_strides(&x.shape);
+        let stage = attrs.channels_last && x.strides != packed;
+        let x_strides = if stage { &packed } else { &x.strides };
         let mut plan = ConvPlan {
-            x: tensor_desc(ty, &nchw(&x.shape), &nchw(&packed))?,
+            x: tensor_desc(ty, &nchw(&x.shape), &nchw(x_strides))?,
             y: std::ptr::null_mut(),
             w: std::ptr::null_mut(),
             conv: std::ptr::null_mut(),
@@ -145,18 +151,10 @@ impl ConvPlan {
             staged: None,
             workspace: 0,
         };
-        if x.strides != packed {
-            if attrs.channels_last {
-                let elem = if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { 4 } else { 2 };
-                let bytes = (x.shape.iter().product::<usize>() * elem).next_multiple_of(256);
-                plan.staged = Some((tensor_desc(ty, &nchw(&x.shape), &nchw(&x.strides))?, bytes));
-            } else {
-                // An NCHW conv reads any strides itself.
-                let strided = tensor_desc(ty, &nchw(&x.shape), &nchw(&x.strides))?;
-                // SAFETY: the packed descriptor created above, replaced before anything used it.
-                let _ = unsafe { result::destroy_tensor_descriptor(plan.x) };
-                plan.x = strided;
-            }
+        if stage {
+            let elem = if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { 4 } else { 2 };
+            let bytes = (x.shape.iter().product::<usize>() * elem).next_multiple_of(256);
+            plan.staged = Some((tensor_desc(ty, &nchw(&x.shape), &nchw(&x.strides))?, bytes));
         }
         plan.y = tensor_desc(ty, &nchw(out_shape), &nchw(&dense_strides(out_shape)))?;
         plan.w = result::create_filter_descriptor().map_err(|e| dnn("create filter descriptor", e))?;
@@ -204,8 +202,10 @@ impl ConvPlan {
         } else if fusion.is_some() {
             return Err(Error::Device("conv fusion planned without a bias".into()));
         }
+        // Only a bias added by cudnnAddTensor needs its 16-bit support checked.
         if let Some(bd) = plan.bias
             && !f32
+            && plan.act.is_none()
         {
             try_bias_add(gpu, handle, bd, ty, w.shape[0])?;
         }
@@ -215,10 +215,9 @@ impl ConvPlan {
     /// `algo 1 +bias+add+relu` — what `kiln bench --profile` prints for this call.
     pub fn describe(&self) -> String {
         let fused = match (self.act.is_some(), self.fusion) {
-            (false, _) => "",
-            (true, None) => " +bias",
-            (true, Some(ConvFusion { residual: None })) => " +bias+relu",
-            (true, Some(ConvFusion { residual: Some(_) })) => " +bias+add+relu",
+            (false, _) => String::new(),
+            (true, None) => " +bias".into(),
+            (true, Some(f)) => format!(" {}", f.label()),
         };
         let staged = if self.staged.is_some() { "pack x NHWC, " } else { "" };
         format!("{staged}algo {}{fused}", self.algo as i32)

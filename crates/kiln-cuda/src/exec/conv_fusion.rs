@@ -18,6 +18,13 @@ pub struct ConvFusion {
     pub residual: Option<BufId>,
 }
 
+impl ConvFusion {
+    /// `+bias+relu` or `+bias+add+relu`: what the fused call applies after the conv.
+    pub fn label(&self) -> &'static str {
+        if self.residual.is_some() { "+bias+add+relu" } else { "+bias+relu" }
+    }
+}
+
 /// Folds every conv epilogue cuDNN can apply itself into its step: the epilogue is removed and
 /// the step's `out` becomes the epilogue's output (the conv's own result, read by nothing else,
 /// is never written). Returns each step's fusion (`None`: left as it was).
