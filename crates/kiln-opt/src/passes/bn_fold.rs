@@ -57,12 +57,11 @@ impl Pass for BnFold {
                 return Ok(Step::Copy);
             };
             let src = rw.src();
-            let values = |id: NodeId| -> Option<Vec<f64>> {
-                match src.node(id).op {
-                    Op::Constant(c) => src.consts.get(c.0 as usize).map(|t| t.to_f64_vec()),
-                    _ => None,
-                }
+            let tensor = |id: NodeId| match src.node(id).op {
+                Op::Constant(c) => src.consts.get(c.0 as usize),
+                _ => None,
             };
+            let values = |id: NodeId| tensor(id).map(|t| t.to_f64_vec());
             let Some(p) = node.inputs[1..5].iter().map(|&i| values(i)).collect::<Option<Vec<_>>>() else {
                 return Ok(Step::Copy);
             };
@@ -82,11 +81,7 @@ impl Pass for BnFold {
                     }
                     let x = rw.mapped(cn.inputs[0])?;
                     if self.into_weights {
-                        let w = match src.node(cn.inputs[1]).op {
-                            Op::Constant(c) => src.consts.get(c.0 as usize),
-                            _ => None,
-                        };
-                        let w = w.ok_or_else(|| Error::Graph(format!("bn_fold: the weight of {conv} is not a constant")))?;
+                        let w = tensor(cn.inputs[1]).ok_or_else(|| Error::Graph(format!("bn_fold: the weight of {conv} is not a constant")))?;
                         let w = rw.constant(scale_rows(w, &s)?);
                         let b = rw.constant(typed(dtype, t, &[s.len()])?);
                         return Ok(Step::Replace(rw.add(cn.op.clone(), &[x, w, b])?));
@@ -157,7 +152,7 @@ fn find(g: &Graph, into_weights: bool) -> HashMap<NodeId, Fold> {
         let weight_ok = |w: NodeId| {
             konst(w) && g.ty(w).dtype == ty.dtype && g.ty(w).shape.as_fixed().is_some_and(|s| s.first() == Some(&c))
         };
-let folds = if into_weights {
+        let folds = if into_weights {
             bias.is_none_or(is_c) && yn.inputs.get(1).is_some_and(|&w| weight_ok(w))
         } else {
             bias.is_some_and(is_c)

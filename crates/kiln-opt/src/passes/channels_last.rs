@@ -9,8 +9,7 @@
 
 use super::Pass;
 use crate::rewrite::{Rewrite, Step};
-use kiln_ir::{Error, Graph, HostTensor, NodeId, Op, Result, Shape};
-use rayon::prelude::*;
+use kiln_ir::{Graph, NodeId, Op, Result, Shape};
 use std::collections::HashMap;
 
 /// Makes float convs with constant weights channels last (see the module doc).
@@ -49,7 +48,7 @@ impl Pass for ChannelsLast {
                     let w_new = match weights.get(&w) {
                         Some(&n) => n,
                         None => {
-                            let n = rw.constant(channels_last_weight(value)?);
+                            let n = rw.constant(value.with_layout(value.layout.permute(&TO_NHWC)?).contiguous());
                             weights.insert(w, n);
                             n
                         }
@@ -142,24 +141,4 @@ fn broadcast_nhwc(rw: &mut Rewrite, nhwc: &HashMap<NodeId, NodeId>, id: NodeId) 
         v
     };
     rw.add(Op::Permute(TO_NHWC.to_vec()), &[v])
-}
-
-/// `[O, C, KH, KW]` -> a dense `[O, KH, KW, C]` copy (typed loops: this runs over every conv
-/// weight on every compile).
-fn channels_last_weight(w: &HostTensor) -> Result<HostTensor> {
-    let &[o, c, kh, kw] = w.shape() else {
-        return Err(Error::Shape(format!("channels_last: conv weight {:?} is not 4-D", w.shape())));
-    };
-    kiln_ir::with_dtype!(w.dtype(), T, {
-        let v = w.values::<T>()?;
-        let per_filter = (c * kh * kw).max(1);
-        let mut out = vec![<T as kiln_ir::Element>::zero(); v.len()];
-        // Filters in parallel: the pages of the new weights are first touched by many threads.
-        out.par_chunks_mut(per_filter).zip(v.par_chunks(per_filter)).for_each(|(dst, filter)| {
-            for (tap, pixel) in dst.chunks_mut(c.max(1)).enumerate() {
-                pixel.iter_mut().enumerate().for_each(|(ci, d)| *d = filter[ci * kh * kw + tap]);
-            }
-        });
-        HostTensor::from_vec(out, &[o, kh, kw, c])
-    })
 }
