@@ -5,7 +5,7 @@
 mod hot_common;
 
 use half::{bf16, f16};
-use hot_common::{assert_close, rand, stored_permuted};
+use hot_common::{assert_close, permuted, rand, stored_permuted};
 use kiln_cpu::eval;
 use kiln_ir::{Conv2dAttrs, Error, HostTensor, Op};
 
@@ -176,11 +176,6 @@ fn bad_inputs_are_errors() {
     assert!(matches!(r, Err(Error::Shape(_))));
 }
 
-/// `t` with its axes reordered (a dense copy): axis `i` of the result is axis `perm[i]` of `t`.
-fn permuted(t: &HostTensor, perm: &[usize]) -> HostTensor {
-    t.with_layout(t.layout.permute(perm).unwrap()).contiguous()
-}
-
 #[test]
 fn channels_last_equals_nchw_with_transposed_operands() {
     for (i, (xs, ws, a)) in cases().into_iter().enumerate() {
@@ -194,7 +189,7 @@ fn channels_last_equals_nchw_with_transposed_operands() {
     // A transposed (non-dense) channels-last input gives the same result as its dense copy.
     let (x, w) = (rand::<f32>(&[2, 5, 6, 3], 1), rand::<f32>(&[4, 3, 3, 3], 2));
     let a = Conv2dAttrs { channels_last: true, ..attrs([1, 1], [1, 1, 1, 1], [1, 1], 1) };
-    let strided = x.with_layout(x.layout.permute(&[0, 2, 1, 3]).unwrap());
+    let strided = permuted(&x, &[0, 2, 1, 3]);
     let dense = strided.contiguous();
     assert_eq!(eval(&Op::Conv2d(a), &[&strided, &w]).unwrap().to_f64_vec(), eval(&Op::Conv2d(a), &[&dense, &w]).unwrap().to_f64_vec());
     // Shapes are checked in the channels-last order.

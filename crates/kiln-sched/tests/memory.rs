@@ -469,12 +469,6 @@ fn epilogue_args_and_outputs_stay_live() {
     let t = buf(&mut p, DType::F32, 1024, BufKind::Temp);
     pointwise(&mut p, &[(x, Read::Same)], a, None); // step 0
     pointwise(&mut p, &[(x, Read::Reversed)], o, None); // step 1, a graph output
-    let view = BufView {
-        buf: x,
-        offset: 0,
-        shape: vec![32, 32],
-        strides: vec![32, 1],
-    };
     let mut ek = Kernel::new("epi");
     ek.args = vec![
         Arg {
@@ -497,16 +491,7 @@ fn epilogue_args_and_outputs_stay_live() {
         kernel: ek,
         args: vec![m, a, e],
     };
-    p.steps.push(Step {
-        kind: StepKind::Extern {
-            op: ExternOp::MatMul,
-            inputs: vec![view.clone(), view],
-            out: m,
-            out_shape: vec![32, 32],
-            epilogue: Some(epilogue),
-        },
-        nodes: vec![],
-    }); // step 2: `a` is read by the epilogue here
+    push_matmul(&mut p, x, m, epilogue); // step 2: `a` is read by the epilogue here
     pointwise(&mut p, &[(e, Read::Reversed)], t, None); // step 3
     output(&mut p, o);
     output(&mut p, t);
@@ -668,18 +653,23 @@ fn matmul_with_epilogue(read: Read) -> (Program, BufId, BufId) {
     let Some(Step { kind: StepKind::Kernel { kernel, args }, .. }) = p.steps.pop() else {
         unreachable!("pointwise pushes a kernel step")
     };
+    push_matmul(&mut p, x, m, Epilogue { kernel, args });
+    (p, m, e)
+}
+
+/// Appends a matmul extern `out = x @ x` (`x` an input of 32 x 32) followed by `epilogue`.
+fn push_matmul(p: &mut Program, x: BufId, out: BufId, epilogue: Epilogue) {
     let view = BufView { buf: x, offset: 0, shape: vec![32, 32], strides: vec![32, 1] };
     p.steps.push(Step {
         kind: StepKind::Extern {
             op: ExternOp::MatMul,
             inputs: vec![view.clone(), view],
-            out: m,
+            out,
             out_shape: vec![32, 32],
-            epilogue: Some(Epilogue { kernel, args }),
+            epilogue: Some(epilogue),
         },
         nodes: vec![],
     });
-    (p, m, e)
 }
 
 #[test]
