@@ -129,17 +129,6 @@ pub(crate) fn time_passes(name: &str, args: &BenchArgs, mut pass: impl FnMut() -
     Ok(Timings { first, summary, peak_bytes })
 }
 
-/// Refuses, with exit code 2, what needs parts of kiln that are not built yet.
-pub(crate) fn check_supported(device: DeviceArg, mode: ModeArg) -> CliResult<()> {
-    if device.resolve() == DeviceArg::Cuda && mode == ModeArg::MaxAutotune {
-        return Err(CliError::NotBuilt(format!(
-            "--mode {} is not built for CUDA yet (eager, default and reduce-overhead are)",
-            mode.name()
-        )));
-    }
-    Ok(())
-}
-
 /// Benches one model.
 fn bench_model(name: &str, args: &BenchArgs, threads: usize) -> CliResult<BenchRecord> {
     let (model, build_s) = model_setup::build(name, &args.model_args)?;
@@ -194,7 +183,6 @@ fn table(records: &[BenchRecord]) -> String {
 /// Runs the command.
 pub fn bench(args: &BenchArgs) -> CliResult<()> {
     let args = &BenchArgs { device: args.device.resolve(), ..args.clone() };
-    check_supported(args.device, args.mode)?;
     let threads = model_setup::init_threads(args.model_args.threads)?;
     if !args.dim_args.dims.is_empty() && !args.models.iter().any(|m| onnx_setup::is_onnx(m)) {
         return Err(CliError::Failed("--dim applies to .onnx models only, and none was given".into()));
@@ -251,18 +239,6 @@ mod tests {
             cache: None,
             autotune: None,
         }
-    }
-
-    #[test]
-    fn unbuilt_cuda_modes_exit_2_with_the_documented_message() {
-        assert!(check_supported(DeviceArg::Cpu, ModeArg::Default).is_ok());
-        assert!(check_supported(DeviceArg::Cuda, ModeArg::Eager).is_ok());
-        assert!(check_supported(DeviceArg::Cuda, ModeArg::Default).is_ok());
-        assert!(check_supported(DeviceArg::Cuda, ModeArg::ReduceOverhead).is_ok());
-        let e = check_supported(DeviceArg::Cuda, ModeArg::MaxAutotune).unwrap_err();
-        assert_eq!(e.code(), 2);
-        assert!(e.to_string().contains("max-autotune is not built for CUDA"), "{e}");
-        assert!(check_supported(DeviceArg::Cpu, ModeArg::Eager).is_ok());
     }
 
     #[test]

@@ -20,7 +20,6 @@ fn failed(e: kiln_serve::ServeError) -> CliError {
 
 /// Runs the server.
 pub fn serve(a: &ServeArgs) -> CliResult<()> {
-    crate::cmd_bench::check_supported(a.device, a.mode)?;
     model_setup::init_threads(a.threads)?;
     let too_large = |flag: &str, v: u64| CliError::Failed(format!("--{flag} {v} is too large"));
     let cfg = ServeConfig {

@@ -2,14 +2,11 @@
 
 use std::fmt;
 
-/// A command failure. Bad input (unknown model, bad weights) exits 1; a request for a part of
-/// kiln that is not built yet (compiler modes, CUDA) exits 2, so scripts can tell them apart.
+/// A command failure: exit code 1 (bad flags are clap's usage errors, exit code 2).
 #[derive(Debug)]
 pub enum CliError {
     /// An error from kiln itself or from the user's input: exit code 1.
     Failed(String),
-    /// A feature this build does not have yet: exit code 2.
-    NotBuilt(String),
 }
 
 impl CliError {
@@ -17,7 +14,6 @@ impl CliError {
     pub fn code(&self) -> u8 {
         match self {
             CliError::Failed(_) => 1,
-            CliError::NotBuilt(_) => 2,
         }
     }
 }
@@ -25,7 +21,7 @@ impl CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::Failed(m) | CliError::NotBuilt(m) => f.write_str(m),
+            CliError::Failed(m) => f.write_str(m),
         }
     }
 }

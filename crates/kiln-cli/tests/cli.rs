@@ -135,9 +135,12 @@ fn compiled_bench_reports_compile_time_and_fewer_kernels_and_cuda_exits_2() {
         let err = assert_clean_failure(&o, 1);
         assert!(err.contains("libcuda not found: install the NVIDIA driver") || err.contains("CUDA device"), "{err}");
     }
-    let o = kiln(&["bench", "resnet18", "--device", "cuda", "--mode", "max-autotune"]);
-    let err = assert_clean_failure(&o, 2);
-    assert!(err.contains("--mode max-autotune is not built for CUDA yet"), "{err}");
+    // max-autotune on CUDA the same: it fails cleanly without a GPU, and runs with one.
+    let o = kiln(&["bench", "resnet18", "--batch", "1", "--device", "cuda", "--mode", "max-autotune", "--iters", "2", "--warmup", "0"]);
+    if !o.status.success() {
+        let err = assert_clean_failure(&o, 1);
+        assert!(err.contains("libcuda not found: install the NVIDIA driver") || err.contains("CUDA device"), "{err}");
+    }
 }
 
 #[test]
@@ -220,8 +223,6 @@ fn serve_without_a_gpu_fails_cleanly_refuses_unknown_models_and_stops_cleanly_on
         let err = assert_clean_failure(&kiln(&["serve", "resnet18", "--device", "cuda", "--port", "0", "--max-batch", "1"]), 1);
         assert!(err.contains("--device cuda:0: ") && (err.contains("libcuda not found") || err.contains("CUDA device")), "{err}");
     }
-    let err = assert_clean_failure(&kiln(&["serve", "resnet18", "--device", "cuda", "--mode", "max-autotune"]), 2);
-    assert!(err.contains("--mode max-autotune is not built for CUDA yet"), "{err}");
     let err = assert_clean_failure(&kiln(&["serve", "nope", "--port", "0"]), 1);
     assert!(err.contains("unknown model 'nope'"), "{err}");
 
@@ -290,9 +291,6 @@ fn explain_cuda_shows_kernels_launches_and_library_calls_without_a_gpu() {
     let eager = stdout(&o);
     assert!(o.status.success(), "{eager}\n{}", stderr(&o));
     assert!(cuda_kernels(&eager) > fused, "eager {} vs default {fused} kernels", cuda_kernels(&eager));
-    // CUDA modes not built yet are refused as bench refuses them.
-    let err = assert_clean_failure(&kiln(&["explain", "resnet18", "--device", "cuda", "--mode", "max-autotune"]), 2);
-    assert!(err.contains("not built for CUDA yet"), "{err}");
 }
 
 #[test]

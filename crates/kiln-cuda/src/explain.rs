@@ -52,6 +52,7 @@ impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Route::Kernel { name, launch } => write!(f, "kernel {name} ({})", launch_text(*launch)),
+            Route::CublasStridedBatched { batches: 1 } => f.write_str("cuBLAS sgemm"),
             Route::CublasStridedBatched { batches } => write!(f, "cuBLAS sgemm strided-batched (batch {batches})"),
             Route::CublasBatched { batches } => write!(f, "cuBLAS sgemm batched over pointer arrays (batch {batches})"),
             Route::CublasLoop { calls } => write!(f, "cuBLAS sgemm x {calls}"),
@@ -172,7 +173,10 @@ mod tests {
         let a = view(&[2, 3, 4], &[12, 4, 1]);
         let b = view(&[4, 5], &[5, 1]);
         let f32 = DType::F32;
-        assert_eq!(matmul_route(&[a.clone(), b.clone()], &[2, 3, 5], f32).unwrap(), Route::CublasStridedBatched { batches: 2 });
+        // A shared B over stacked A entries is one GEMM of 6 rows; a batched B is 2 GEMMs.
+        assert_eq!(matmul_route(&[a.clone(), b.clone()], &[2, 3, 5], f32).unwrap(), Route::CublasStridedBatched { batches: 1 });
+        let b2 = view(&[2, 4, 5], &[20, 5, 1]);
+        assert_eq!(matmul_route(&[a.clone(), b2], &[2, 3, 5], f32).unwrap(), Route::CublasStridedBatched { batches: 2 });
         // Batch [3, 2] over a [2, ..] operand: offsets 0, 12, 0, 12, ... are not one stride,
         // so the runtime binds pointer arrays and makes one batched call.
         assert_eq!(matmul_route(&[a, b.clone()], &[3, 2, 3, 5], f32).unwrap(), Route::CublasBatched { batches: 6 });

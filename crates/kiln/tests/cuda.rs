@@ -350,3 +350,78 @@ fn a_gather_index_out_of_range_is_an_error_and_the_next_run_works() {
     compare(&c.run(&[t, ok]).unwrap(), &want, 0.0, 0.0).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A small bottleneck ResNet and a tiny BERT: convs (with fused and unfused epilogues), matmuls
+/// (plain and batched), pointwise and reduction kernels — every kind of knob max-autotune sets.
+fn tunable_models() -> Vec<Box<dyn Model>> {
+    let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Bottleneck, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
+    vec![
+        Box::new(resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 2).unwrap()),
+        Box::new(bert::Bert::new(VarBuilder::random(1, DType::F32), &bert::BertConfig::tiny(), 2, 7).unwrap()),
+    ]
+}
+
+#[test]
+fn max_autotune_on_the_gpu_matches_the_interpreter_and_the_next_compile_reads_its_cache() {
+    if !gpu_or_skip("max_autotune_on_the_gpu_matches_the_interpreter_and_the_next_compile_reads_its_cache") {
+        return;
+    }
+    let dir = cache_dir("autotune");
+    for m in tunable_models() {
+        let g = zoo::trace_model(m.as_ref()).unwrap();
+        let xs = m_inputs(m.as_ref(), 3);
+        let want = kiln_cpu::run(&g, &xs).unwrap();
+        let (got, c) = run_on_gpu(&g, &xs, Mode::MaxAutotune, &dir).unwrap();
+        let said = c.report().autotune.clone().unwrap_or_default();
+        assert!(said.starts_with("searched "), "{}: {said}", m.name());
+        compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{} tuned: {e}", m.name()));
+        // The next compile (as the next process would) reads the tuning and computes the same.
+        let (again, c2) = run_on_gpu(&g, &xs, Mode::MaxAutotune, &dir).unwrap();
+        let said2 = c2.report().autotune.clone().unwrap_or_default();
+        assert!(said2.starts_with("tuning from the cache"), "{}: {said2}", m.name());
+        compare(&again, &got, 0.0, 0.0).unwrap_or_else(|e| panic!("{} from the cache: {e}", m.name()));
+        eprintln!("{}: {said} | {said2}", m.name());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_autotune_candidate_computes_what_the_interpreter_does() {
+    use kiln_cuda::exec::{GpuStepTuning, GpuTuning};
+    if !gpu_or_skip("every_autotune_candidate_computes_what_the_interpreter_does") {
+        return;
+    }
+    let dir = cache_dir("candidates");
+    let cache = kiln_sched::DiskCache::open(&dir).unwrap();
+    let gpu = Gpu::open(0).unwrap();
+    let (mut blocks, mut algos, mut lts, mut refused) = (0, 0, 0, Vec::new());
+    for m in tunable_models() {
+        let g = zoo::trace_model(m.as_ref()).unwrap();
+        let xs = m_inputs(m.as_ref(), 3);
+        let want = kiln_cpu::run(&g, &xs).unwrap();
+        let (program, _) = kiln::compile::plan(&g, &shapes(&xs), &on_gpu(Mode::MaxAutotune, &dir)).unwrap();
+        let mut exe = kiln_cuda::Executable::new(program, &gpu, &cache).unwrap();
+        let n = exe.program().steps.len();
+        for i in 0..n {
+            for c in exe.candidates(i).unwrap() {
+                let mut t = GpuTuning { steps: vec![GpuStepTuning::default(); n] };
+                t.steps[i] = c;
+                match exe.set_tuning(&t).and_then(|_| exe.run(&xs)) {
+                    Ok(got) => compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{} step {i} {c:?}: {e}", m.name())),
+                    Err(e) => refused.push(format!("{} step {i} {c:?}: {e}", m.name())),
+                }
+                blocks += usize::from(c.block.is_some() || c.epilogue_block.is_some());
+                algos += usize::from(c.conv_algo.is_some());
+                lts += usize::from(c.lt_algo.is_some());
+            }
+        }
+        // Back to the built-in choices, which still work after every candidate.
+        exe.set_tuning(&GpuTuning::default()).unwrap();
+        compare(&exe.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap();
+    }
+    eprintln!("candidates run: {blocks} block sizes, {algos} cuDNN algorithms, {lts} cuBLASLt configurations");
+    assert!(blocks > 20 && algos > 5 && lts > 50, "too few candidates to test: {blocks} {algos} {lts}");
+    // The search offers only candidates that run: none may fail.
+    assert!(refused.is_empty(), "{} of {} failed: {refused:#?}", refused.len(), blocks + algos + lts);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -26,6 +26,7 @@ pub struct Gpu {
     pub(super) pools: Mutex<Pools>,
     cublas: OnceLock<std::result::Result<CublasHandle, String>>,
     cudnn: OnceLock<std::result::Result<CudnnHandle, String>>,
+    cublaslt: OnceLock<std::result::Result<CublasLtHandle, String>>,
 }
 
 /// A cuBLAS handle bound to kiln's stream.
@@ -33,6 +34,12 @@ pub(crate) struct CublasHandle(pub cudarc::cublas::sys::cublasHandle_t);
 // SAFETY: the handle is only used under the Gpu's work lock, one call at a time.
 unsafe impl Send for CublasHandle {}
 unsafe impl Sync for CublasHandle {}
+
+/// A cuBLASLt handle (cuBLASLt takes the stream per call).
+pub(crate) struct CublasLtHandle(pub cudarc::cublaslt::sys::cublasLtHandle_t);
+// SAFETY: as for CublasHandle.
+unsafe impl Send for CublasLtHandle {}
+unsafe impl Sync for CublasLtHandle {}
 
 /// A cuDNN handle bound to kiln's stream.
 pub(crate) struct CudnnHandle(pub cudarc::cudnn::sys::cudnnHandle_t);
@@ -68,6 +75,7 @@ impl Gpu {
             pools: Mutex::new(Pools::default()),
             cublas: OnceLock::new(),
             cudnn: OnceLock::new(),
+            cublaslt: OnceLock::new(),
         });
         tracing::info!(target: "kiln::cuda", "opened cuda:{ordinal}: {} (sm_{}{})", gpu.name, capability.0, capability.1);
         open.insert(ordinal, gpu.clone());
@@ -145,6 +153,27 @@ impl Gpu {
             })
             .as_ref()
             .map_err(|e| Error::Device(e.clone()))
+    }
+
+    /// The cuBLASLt handle, created on first use.
+    pub(crate) fn cublaslt(&self) -> Result<&CublasLtHandle> {
+        self.cublaslt
+            .get_or_init(|| {
+                require(Lib::CublasLt).map_err(|e| e.to_string())?;
+                self.bind().map_err(|e| e.to_string())?;
+                cudarc::cublaslt::result::create_handle().map(CublasLtHandle).map_err(|e| format!("cublasLtCreate: {e:?}"))
+            })
+            .as_ref()
+            .map_err(|e| Error::Device(e.clone()))
+    }
+
+    /// The versions of the libraries whose choices a tuning records (cuDNN, cuBLASLt), for
+    /// cache keys: `cudnn 91400 cublaslt 130000` (a library that is missing reads 0).
+    pub fn library_versions(&self) -> String {
+        // SAFETY: plain version queries, made only when the library loads.
+        let cudnn = if Lib::Cudnn.present() { unsafe { cudarc::cudnn::sys::cudnnGetVersion() } } else { 0 };
+        let lt = if Lib::CublasLt.present() { unsafe { cudarc::cublaslt::sys::cublasLtGetVersion() } } else { 0 };
+        format!("cudnn {cudnn} cublaslt {lt}")
     }
 
     /// The cuDNN handle, created on first use and set to kiln's stream.

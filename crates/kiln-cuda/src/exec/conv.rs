@@ -40,6 +40,12 @@ pub(crate) struct ConvPlan {
     pub(crate) algo: sys::cudnnConvolutionFwdAlgo_t,
     /// Workspace bytes the algorithm needs.
     algo_workspace: usize,
+    /// Every algorithm cuDNN can run this conv with (and its workspace), its heuristic's best
+    /// guess first: the candidates max-autotune times.
+    algos: Vec<(sys::cudnnConvolutionFwdAlgo_t, usize)>,
+    ty: sys::cudnnDataType_t,
+    /// Output channels (the bias's length).
+    channels: usize,
     /// A channels-last conv whose x is not NHWC-packed (the image, NCHW, into the stem): x as
     /// it lies, copied by `cudnnTransformTensor` into the start of the workspace, this many
     /// bytes (rounded up to 256), where the conv reads it. cuDNN has no algorithm for an NCHW
@@ -148,6 +154,9 @@ impl ConvPlan {
             fusion,
             algo: sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
             algo_workspace: 0,
+            algos: Vec::new(),
+            ty,
+            channels: w.shape[0],
             staged: None,
             workspace: 0,
         };
@@ -188,28 +197,62 @@ impl ConvPlan {
             result::get_convolution_forward_algorithm(handle, xd, wd, cd, yd, 16, &mut count, perf.as_mut_ptr()).map_err(|e| dnn("choosing an algorithm", e))?;
             perf.set_len(count.clamp(0, 16) as usize);
         }
-        let best = perf
+        plan.algos = perf
             .iter()
-            .find(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE)
-            .ok_or_else(|| Error::Device(format!("cuDNN has no algorithm for conv {:?} * {:?} -> {out_shape:?}", x.shape, w.shape)))?;
-        (plan.algo, plan.algo_workspace) = (best.algo, best.memory);
-        plan.workspace = plan.staged.map_or(0, |(_, bytes)| bytes) + best.memory;
-        let f32 = ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
-        let precomp = plan.algo == sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-        if plan.bias.is_some() && (fusion.is_some() || precomp) {
-            let mode = if fusion.is_some() { sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU } else { sys::cudnnActivationMode_t::CUDNN_ACTIVATION_IDENTITY };
-            plan.act = Some(activation(mode)?);
-        } else if fusion.is_some() {
+            .filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE)
+            .map(|p| (p.algo, p.memory))
+            .collect();
+        if plan.algos.is_empty() {
+            return Err(Error::Device(format!("cuDNN has no algorithm for conv {:?} * {:?} -> {out_shape:?}", x.shape, w.shape)));
+        }
+        if fusion.is_some() && plan.bias.is_none() {
             return Err(Error::Device("conv fusion planned without a bias".into()));
         }
-        // Only a bias added by cudnnAddTensor needs its 16-bit support checked.
-        if let Some(bd) = plan.bias
-            && !f32
-            && plan.act.is_none()
-        {
-            try_bias_add(gpu, handle, bd, ty, w.shape[0])?;
-        }
+        plan.set_algo(gpu, None)?;
         Ok(Some(plan))
+    }
+
+    /// The algorithms this conv can run with, by number, the heuristic's choice first.
+    pub fn algos(&self) -> impl Iterator<Item = i32> + '_ {
+        self.algos.iter().map(|&(a, _)| a as i32)
+    }
+
+    /// Runs algorithm `algo` (by number; `None`: the heuristic's choice) from now on, and
+    /// decides what depends on it: a bias without a fused epilogue goes into the conv call with
+    /// the identity activation only under IMPLICIT_PRECOMP_GEMM (all cuDNN allows), else
+    /// through `cudnnAddTensor` (whose 16-bit support is checked here). Errors when the conv
+    /// has no such algorithm or the type cannot add its bias; the plan must then be set again
+    /// (to `None`, which planning proved works) before it runs.
+    pub fn set_algo(&mut self, gpu: &Arc<Gpu>, algo: Option<i32>) -> Result<()> {
+        let &(algo, memory) = match algo {
+            None => self.algos.first(),
+            Some(n) => self.algos.iter().find(|(a, _)| *a as i32 == n),
+        }
+        .ok_or_else(|| Error::Value(format!("cuDNN offers no algorithm {algo:?} for this conv (it offers {:?})", self.algos().collect::<Vec<_>>())))?;
+        let precomp = algo == sys::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+        let in_call = self.bias.is_some() && (self.fusion.is_some() || precomp);
+        match (in_call, self.act) {
+            (true, None) => {
+                let mode = if self.fusion.is_some() { sys::cudnnActivationMode_t::CUDNN_ACTIVATION_RELU } else { sys::cudnnActivationMode_t::CUDNN_ACTIVATION_IDENTITY };
+                self.act = Some(activation(mode)?);
+            }
+            (false, Some(a)) => {
+                // SAFETY: this plan's descriptor, used by no call in flight (runs hold the lock).
+                let _ = unsafe { sys::cudnnDestroyActivationDescriptor(a) };
+                self.act = None;
+            }
+            _ => {}
+        }
+        // Only a bias added by cudnnAddTensor needs its 16-bit support checked.
+        if let Some(bd) = self.bias
+            && self.ty != sys::cudnnDataType_t::CUDNN_DATA_FLOAT
+            && self.act.is_none()
+        {
+            try_bias_add(gpu, gpu.cudnn()?.0, bd, self.ty, self.channels)?;
+        }
+        (self.algo, self.algo_workspace) = (algo, memory);
+        self.workspace = self.staged.map_or(0, |(_, bytes)| bytes) + memory;
+        Ok(())
     }
 
     /// `algo 1 +bias+add+relu` — what `kiln bench --profile` prints for this call.

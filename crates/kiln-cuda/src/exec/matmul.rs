@@ -4,7 +4,10 @@
 //! `Cᵀ = Bᵀ Aᵀ`; each operand is passed as it is stored (row- or column-major through its
 //! strides), so transposed views need no copy.
 
+use super::lt::{LtGemm, LtOperand, LtProblem};
+use super::tuning::LtAlgo;
 use crate::device::{DeviceBuffer, Gpu};
+use cudarc::cublaslt::sys as lt_sys;
 use std::sync::Arc;
 use cudarc::cublas::{result, sys};
 use kiln_ir::{DType, Error, Result};
@@ -79,6 +82,11 @@ pub(crate) struct MatmulPlan {
     /// Batches whose offsets are not one stride apart: the device arrays of A, B and C
     /// pointers `cublasSgemmBatched` reads (set by [`MatmulPlan::bind`]).
     pointers: Option<DeviceBuffer>,
+    /// The problem in cuBLASLt's terms and its candidate algorithms, made when max-autotune
+    /// (or a stored tuning) first asks for them.
+    lt: Option<LtGemm>,
+    /// Runs go through `lt`'s chosen algorithm rather than cuBLAS's own call.
+    use_lt: bool,
 }
 
 impl MatmulPlan {
@@ -109,13 +117,24 @@ impl MatmulPlan {
         if big || ao.ld >= i32::MAX as usize || bo.ld >= i32::MAX as usize {
             return Ok(None);
         }
-        let (a_offs, b_offs) = (batch_offsets(a, batch), batch_offsets(b, batch));
+        let (mut a_offs, mut b_offs) = (batch_offsets(a, batch), batch_offsets(b, batch));
+        // One B for every batch entry (a weight) and row-major A entries stored one after
+        // another: the entries stacked as rows are one product of batches x M rows, which
+        // cuBLAS tiles over the whole GPU (bert-base's [8,128,768] x [768,3072] is one
+        // 1024-row GEMM, not eight of 128 rows).
+        let mut m = m;
+        let rows = m * a_offs.len();
+        if a_offs.len() > 1 && !ao.col_major && uniform(&b_offs) == Some(0) && uniform(&a_offs) == Some((m * ao.ld) as i64) && rows < i32::MAX as usize {
+            m = rows;
+            a_offs.truncate(1);
+            b_offs.truncate(1);
+        }
         let batching = match (uniform(&a_offs), uniform(&b_offs)) {
             _ if a_offs.len() > i32::MAX as usize => Batching::Loop,
             (Some(sa), Some(sb)) => Batching::Strided { sa, sb },
             _ => Batching::Pointers,
         };
-        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs, b_offs, elem: dtype.size_of(), half, batching, pointers: None }))
+        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs, b_offs, elem: dtype.size_of(), half, batching, pointers: None, lt: None, use_lt: false }))
     }
 
     /// How the batch entries are issued.
@@ -146,6 +165,83 @@ impl MatmulPlan {
         Ok(())
     }
 
+    /// The problem as cuBLASLt describes it (the column-major `Cᵀ = Bᵀ Aᵀ` of [`MatmulPlan::run`]),
+    /// when it is one strided batch.
+    fn lt_problem(&self) -> Option<LtProblem> {
+        let Batching::Strided { sa, sb } = self.batching else { return None };
+        let ty = match self.half {
+            None => lt_sys::cudaDataType::CUDA_R_32F,
+            Some(sys::cudaDataType::CUDA_R_16F) => lt_sys::cudaDataType::CUDA_R_16F,
+            Some(_) => lt_sys::cudaDataType::CUDA_R_16BF,
+        };
+        // A stored `rows x cols` operand read transposed when column-major.
+        let stored = |o: Operand, rows: usize, cols: usize, stride: i64| {
+            let (rows, cols) = if o.col_major { (cols, rows) } else { (rows, cols) };
+            // cuBLAS's column-major view of kiln's row-major storage swaps rows and columns.
+            LtOperand { rows: cols, cols: rows, ld: o.ld, stride }
+        };
+        Some(LtProblem {
+            ty,
+            trans_a: self.b.col_major,
+            trans_b: self.a.col_major,
+            a: stored(self.b, self.k, self.n, sb),
+            b: stored(self.a, self.m, self.k, sa),
+            d: LtOperand { rows: self.n, cols: self.m, ld: self.n, stride: (self.m * self.n) as i64 },
+            batches: self.a_offs.len(),
+        })
+    }
+
+    /// This step in cuBLASLt's terms, made on first use; `None` when cuBLASLt cannot take it
+    /// (batches through pointer arrays, a layout it refuses).
+    fn lt(&mut self) -> Option<&mut LtGemm> {
+        if self.lt.is_none() {
+            let p = self.lt_problem()?;
+            match LtGemm::new(&p) {
+                Ok(g) => self.lt = Some(g),
+                Err(e) => tracing::debug!(target: "kiln::cuda", "matmul [{}x{}]x[{}x{}]: {e}; cuBLAS's own call only", self.m, self.k, self.k, self.n),
+            }
+        }
+        self.lt.as_mut()
+    }
+
+    /// What identifies this step's problem for cuBLASLt (steps with equal keys have the same
+    /// best configuration); `None` when cuBLASLt cannot take it.
+    pub fn lt_key(&self) -> Option<String> {
+        self.lt_problem().map(|p| format!("{p:?}"))
+    }
+
+    /// cuBLASLt configurations max-autotune may time for this step (none when cuBLASLt cannot
+    /// take it).
+    pub fn lt_candidates(&mut self, gpu: &Gpu) -> Result<Vec<LtAlgo>> {
+        match self.lt() {
+            Some(g) => g.candidates(gpu),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Runs cuBLASLt's `algo` from now on, or (`None`) cuBLAS's own call; an error when
+    /// cuBLASLt refuses `algo` for this step.
+    pub fn set_lt(&mut self, gpu: &Gpu, algo: Option<LtAlgo>) -> Result<()> {
+        self.use_lt = false;
+        if let Some(a) = algo {
+            let (m, k, n) = (self.m, self.k, self.n);
+            let g = self.lt().ok_or_else(|| Error::Value(format!("cuBLASLt cannot run the matmul [{m}x{k}]x[{k}x{n}]")))?;
+            g.choose(gpu, a)?;
+            self.use_lt = true;
+        }
+        Ok(())
+    }
+
+    /// The cuBLASLt configuration runs use, when it is not cuBLAS's own call.
+    pub fn lt_algo(&self) -> Option<LtAlgo> {
+        self.lt.as_ref().filter(|_| self.use_lt).and_then(LtGemm::chosen)
+    }
+
+    /// Workspace bytes a run needs from the executable (cuBLAS's own call has its own).
+    pub fn workspace(&self) -> usize {
+        self.lt.as_ref().filter(|_| self.use_lt).map_or(0, LtGemm::workspace)
+    }
+
     /// The address of element `off` of the buffer at `base`.
     fn at(&self, base: u64, off: usize) -> u64 {
         base + (self.elem * off) as u64
@@ -155,11 +251,16 @@ impl MatmulPlan {
     /// views' offsets are applied here), `c` the dense output.
     ///
     /// # Safety
-    /// The addresses must hold the buffers this plan was made for.
-    pub unsafe fn run(&self, gpu: &Gpu, a: u64, b: u64, c: u64) -> Result<()> {
+    /// The addresses must hold the buffers this plan was made for; `workspace` at least
+    /// [`MatmulPlan::workspace`] bytes.
+    pub unsafe fn run(&self, gpu: &Gpu, a: u64, b: u64, c: u64, workspace: u64) -> Result<()> {
         let batches = self.a_offs.len();
         if self.m == 0 || self.n == 0 || batches == 0 {
             return Ok(());
+        }
+        if let Some(lt) = self.lt.as_ref().filter(|_| self.use_lt) {
+            // SAFETY: per this function's contract; the problem is this plan's.
+            return unsafe { lt.run(gpu, self.at(b, self.b_offs[0]), self.at(a, self.a_offs[0]), c, workspace) };
         }
         let h = gpu.cublas()?.0;
         let op = |o: Operand| if o.col_major { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
@@ -232,6 +333,23 @@ mod tests {
         assert_eq!(operand(3, 1, 5, 0), Some(Operand { col_major: false, ld: 5 }));
         assert_eq!(operand(3, 4, 8, 2), None);
         assert_eq!(operand(3, 4, 2, 1), None, "rows overlap: ld below cols");
+    }
+
+    #[test]
+    fn a_shared_weight_over_stacked_rows_is_one_gemm() {
+        let view = |shape: Vec<usize>, strides: Vec<usize>| BufView { buf: BufId(0), offset: 0, shape, strides };
+        // [8,128,768] x [768,3072]: one GEMM of 1024 rows.
+        let p = MatmulPlan::new(&[view(vec![8, 128, 768], vec![128 * 768, 768, 1]), view(vec![768, 3072], vec![3072, 1])], &[8, 128, 3072], DType::F32).unwrap().unwrap();
+        assert_eq!((p.m, p.batches(), p.batching()), (1024, 1, Batching::Strided { sa: 0, sb: 0 }));
+        // Entries not stored one after another (a slice of a longer batch stride) stay batched.
+        let p = MatmulPlan::new(&[view(vec![8, 128, 768], vec![256 * 768, 768, 1]), view(vec![768, 3072], vec![3072, 1])], &[8, 128, 3072], DType::F32).unwrap().unwrap();
+        assert_eq!((p.m, p.batches()), (128, 8));
+        // A batched B (attention's K) stays batched too.
+        let p = MatmulPlan::new(&[view(vec![8, 128, 64], vec![128 * 64, 64, 1]), view(vec![8, 64, 128], vec![64 * 128, 128, 1])], &[8, 128, 128], DType::F32).unwrap().unwrap();
+        assert_eq!((p.m, p.batches()), (128, 8));
+        // A column-major A (a transposed view) cannot stack its rows.
+        let p = MatmulPlan::new(&[view(vec![2, 4, 3], vec![12, 1, 4]), view(vec![3, 5], vec![5, 1])], &[2, 4, 5], DType::F32).unwrap().unwrap();
+        assert_eq!((p.m, p.batches()), (4, 2));
     }
 
     #[test]

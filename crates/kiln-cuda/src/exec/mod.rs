@@ -9,10 +9,13 @@ mod event;
 mod gather;
 mod graph;
 mod host;
+mod lt;
 mod matmul;
 mod profile;
+mod tuning;
+mod autotune;
 
-use crate::codegen::{CudaSource, NVRTC_OPTIONS, render_cuda};
+use crate::codegen::{CudaSource, Launch, NVRTC_OPTIONS, render_cuda};
 use crate::device::{DeviceBuffer, Gpu, driver_error};
 use crate::module::Module;
 use conv::ConvPlan;
@@ -23,7 +26,9 @@ use cudarc::driver::{result, sys};
 use kiln_ir::{Error, HostTensor, Op, Result};
 use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, Program, StepKind};
 pub(crate) use conv::cudnn_refusal;
+pub use autotune::{GpuAutotuneReport, GpuStepResult};
 pub use conv_fusion::{ConvFusion, fuse_conv_epilogues};
+pub use tuning::{GpuStepTuning, GpuTuning, LtAlgo};
 pub(crate) use matmul::{Batching, MatmulPlan};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -33,9 +38,27 @@ struct KernelCall {
     func: sys::CUfunction,
     name: String,
     grid: (u32, u32),
+    /// How the renderer meant it to be launched, and over how many outer points: the grid
+    /// follows from these and the block size, which max-autotune may change.
+    launch: Launch,
+    points: u64,
     /// Buffer addresses, then `begin`, `end` of the first outer loop.
     args: Vec<u64>,
     range: [i64; 2],
+}
+
+impl KernelCall {
+    /// Launches with `block` threads per block from now on (`None`: the renderer's choice).
+    /// Any block of whole warps computes the same values: kernels loop grid-stride and
+    /// combine per-warp partials for any number of warps.
+    fn set_block(&mut self, block: Option<u32>) {
+        let launch = match (self.launch, block) {
+            (l, None) => l,
+            (Launch::PerThread { .. }, Some(block)) => Launch::PerThread { block },
+            (Launch::PerBlock { .. }, Some(block)) => Launch::PerBlock { block },
+        };
+        self.grid = launch.grid(self.points);
+    }
 }
 
 /// One step, resolved to device addresses.
@@ -132,10 +155,13 @@ impl Executable {
             let info = source.kernels.iter().find(|k| &k.name == name).ok_or_else(|| Error::Device(format!("kernel {name} was not rendered")))?;
             let module = module.as_ref().ok_or_else(|| Error::Device("no kernels were compiled".into()))?;
             let end = kernel.outer.first().map_or(1, |l| l.extent);
+            let points = info.points(0, end);
             Ok(KernelCall {
                 func: module.function(name)?,
                 name: name.clone(),
-                grid: info.grid(0, end),
+                grid: info.launch.grid(points),
+                launch: info.launch,
+                points,
                 args: args.iter().map(|a| ptrs[a.index()]).collect(),
                 range: [0, end as i64],
             })
@@ -218,6 +244,11 @@ impl Executable {
             replay: None,
             lock: Mutex::new(()),
         })
+    }
+
+    /// The program this runs (conv epilogues cuDNN took over already folded in).
+    pub fn program(&self) -> &Program {
+        &self.program
     }
 
     /// The generated CUDA C and each kernel's launch shape.
@@ -348,8 +379,10 @@ impl Executable {
         match step {
             GpuStep::Kernel(k) => self.launch(k)?,
             GpuStep::Matmul { plan, a, b, c, .. } => {
-                // SAFETY: the addresses are this program's buffers, which the plan was made for.
-                unsafe { plan.run(&self.gpu, *a, *b, *c)? }
+                let ws = self.workspace.as_ref().map_or(0, DeviceBuffer::ptr);
+                // SAFETY: the addresses are this program's buffers, which the plan was made for;
+                // the workspace is the largest any plan asked for.
+                unsafe { plan.run(&self.gpu, *a, *b, *c, ws)? }
             }
             GpuStep::Conv { plan, x, w, bias, z, y, .. } => {
                 let ws = self.workspace.as_ref().map_or(0, DeviceBuffer::ptr);
