@@ -1,7 +1,7 @@
 //! The pass manager: runs the passes in their fixed order, logs and times each one, and checks
 //! the graph after each so a broken pass is named where it breaks.
 
-use crate::passes::{BnFold, ChannelsLast, Cse, Dce, Decompose, Fold, Layout, MergeMatmuls, Pass, Simplify};
+use crate::passes::{BnFold, ChannelsLast, Cse, Dce, Decompose, Fold, Layout, MergeMatmuls, Pass, Simplify, SpaceToDepth};
 use kiln_ir::{Error, Graph, Result};
 use std::time::Instant;
 
@@ -10,7 +10,7 @@ pub const DISABLE_ENV: &str = "KILN_DISABLE_PASSES";
 
 /// The names of every pass, as `KILN_DISABLE_PASSES` and [`OptOptions::disabled`] accept them.
 pub fn pass_names() -> &'static [&'static str] {
-    &["fold", "simplify", "bn_fold", "decompose", "channels_last", "cse", "layout", "merge_matmuls", "dce"]
+    &["fold", "simplify", "bn_fold", "decompose", "channels_last", "space_to_depth", "cse", "layout", "merge_matmuls", "dce"]
 }
 
 /// What [`optimize`] does.
@@ -26,7 +26,7 @@ pub struct OptOptions {
 }
 
 /// The backend a graph is optimised for: `bn_fold` trades differently on each, and
-/// `channels_last` runs for a GPU only (the CPU's convs take NCHW).
+/// `channels_last` and `space_to_depth` run for a GPU only (the CPU's convs take NCHW).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Target {
     /// BatchNorm becomes a per-channel multiply-add (the weights stay shared with the source
@@ -101,23 +101,23 @@ pub struct PassReport {
     pub micros: u64,
 }
 
-/// Runs fold → simplify → bn_fold → decompose → fold → simplify → channels_last → cse → layout →
-/// merge_matmuls → dce on a copy of `graph`, skipping disabled passes (and channels_last but
-/// for [`Target::Gpu`]). The result computes the same outputs from the same
+/// Runs fold → simplify → bn_fold → decompose → fold → simplify → channels_last → space_to_depth →
+/// cse → layout → merge_matmuls → dce on a copy of `graph`, skipping disabled passes (and
+/// channels_last and space_to_depth but for [`Target::Gpu`]). The result computes the same outputs from the same
 /// inputs (in order) and passes [`kiln_ir::verify`]. Each pass logs one line at target
 /// `kiln::graph` (info) and the graph after it (debug).
 pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassReport>)> {
     check_names(&opts.disabled)?;
     kiln_ir::verify(graph).map_err(|e| e.context("optimize: the input graph"))?;
     let bn_fold = BnFold { into_weights: opts.target == Target::Gpu };
-    let pipeline: [&dyn Pass; 11] = [
-        &Fold, &Simplify, &bn_fold, &Decompose, &Fold, &Simplify, &ChannelsLast, &Cse, &Layout, &MergeMatmuls, &Dce,
+    let pipeline: [&dyn Pass; 12] = [
+        &Fold, &Simplify, &bn_fold, &Decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &Layout, &MergeMatmuls, &Dce,
     ];
     let mut g = graph.clone();
     let mut reports = Vec::new();
     for pass in pipeline {
         let name = pass.name();
-        let gpu_only = name == "channels_last" && opts.target != Target::Gpu;
+        let gpu_only = matches!(name, "channels_last" | "space_to_depth") && opts.target != Target::Gpu;
         if opts.disabled.iter().any(|d| d == name) || (name == "decompose" && !opts.decompose) || gpu_only {
             continue;
         }

@@ -477,3 +477,57 @@ fn disabled_pass_names_are_checked() {
         assert_eq!(OptOptions::from_env().unwrap(), OptOptions::default());
     }
 }
+
+/// For a GPU, stride-2 convs over few channels become stride-1 convs over 2x2 pixel blocks with
+/// the same outputs: odd and even image sizes, odd and even kernels, asymmetric and large
+/// padding, with and without a bias; other convs keep their stride.
+#[test]
+fn space_to_depth_keeps_stride_2_convs_over_few_channels_equal() {
+    use kiln_ir::Conv2dAttrs;
+    let mut rng = Rng(41);
+    let gpu = OptOptions { target: kiln_opt::Target::Gpu, ..OptOptions::default() };
+    // (x dims NCHW, kernel, padding [top, left, bottom, right], bias)
+    let cases: [([usize; 4], usize, [usize; 4], bool); 6] = [
+        ([2, 3, 17, 19], 7, [3; 4], true),
+        ([1, 3, 16, 16], 7, [3; 4], false),
+        ([2, 1, 9, 8], 3, [1; 4], true),
+        ([1, 4, 11, 11], 4, [0, 1, 1, 0], false),
+        ([1, 2, 8, 8], 2, [0; 4], true),
+        ([1, 3, 12, 12], 5, [4, 4, 4, 4], true),
+    ];
+    for (x_dims, k, padding, bias) in cases {
+        let mut g = Graph::new();
+        let x = f32_input(&mut g, "x", &x_dims);
+        let w = g.constant(rand_f32(&mut rng, &[8, x_dims[1], k, k], -1.0, 1.0));
+        let mut args = vec![x, w];
+        if bias {
+            args.push(g.constant(rand_f32(&mut rng, &[8], -1.0, 1.0)));
+        }
+        let attrs = Conv2dAttrs { stride: [2, 2], padding, dilation: [1, 1], groups: 1, channels_last: false };
+        let y = g.add(Op::Conv2d(attrs), &args).unwrap();
+        let out = g.add(Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+        g.output(out);
+        let (opt, reports) = optimize(&g, &gpu).unwrap();
+        verify(&opt).unwrap();
+        assert!(reports.iter().any(|r| r.name == "space_to_depth"));
+        let strides: Vec<[usize; 2]> = opt.nodes.iter().filter_map(|n| match &n.op {
+            Op::Conv2d(a) => Some(a.stride),
+            _ => None,
+        }).collect();
+        assert_eq!(strides, vec![[1, 1]], "{x_dims:?} k{k}: {opt}");
+        let xs = [rand_f32(&mut rng, &x_dims, -1.0, 1.0)];
+        assert_same_outputs(&g, &opt, &xs, 1e-5);
+    }
+    // 16 channels (cuDNN has tensor-core kernels), stride 1, and a conv whose windows stop
+    // short of the image's last column (the block grid would end inside the image) stay.
+    for (c, stride, k, w_dim, padding) in [(16, 2, 3, 8, [1; 4]), (3, 1, 3, 8, [1; 4]), (4, 2, 4, 11, [0, 2, 1, 0])] {
+        let mut g = Graph::new();
+        let x = f32_input(&mut g, "x", &[1, c, 10, w_dim]);
+        let w = g.constant(rand_f32(&mut rng, &[4, c, k, k], -1.0, 1.0));
+        let attrs = Conv2dAttrs { stride: [stride; 2], padding, dilation: [1, 1], groups: 1, channels_last: false };
+        let y = g.add(Op::Conv2d(attrs), &[x, w]).unwrap();
+        g.output(y);
+        let (opt, _) = optimize(&g, &gpu).unwrap();
+        assert!(opt.nodes.iter().any(|n| matches!(&n.op, Op::Conv2d(a) if a.stride == [stride; 2])), "{opt}");
+    }
+}

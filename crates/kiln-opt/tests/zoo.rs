@@ -121,10 +121,15 @@ fn for_a_gpu_resnets_run_channels_last_with_batch_norm_in_the_weights() {
         }).collect();
         assert_eq!(convs.len(), count(&g, "conv2d"), "{name}");
         assert!(convs.iter().all(|&(last, args)| last && args == 3), "{name}: every conv NHWC with its BatchNorm as bias: {convs:?}");
-        // BatchNorm left no multiply; the one transpose left is the image's, into the stem
-        // (residual adds, ReLUs, the max pool and the global average pool all stay NHWC).
+        // BatchNorm left no multiply; the transposes left are the image's, into the stem, and
+        // the stem's 2x2 pixel blocks (space_to_depth); residual adds, ReLUs, the max pool and
+        // the global average pool all stay NHWC.
         assert_eq!((count(&out, "batch_norm"), count(&out, "mul")), (0, 0), "{name}: {out}");
-        assert_eq!(count(&out, "permute"), 1, "{name}: {out}");
+        assert_eq!(count(&out, "permute"), 2, "{name}: {out}");
+        // The 7x7 stride-2 stem over 3 channels is a 4x4 stride-1 conv over 12 (16 with zeros).
+        let stem = out.nodes.iter().find(|n| matches!(&n.op, Op::Conv2d(_))).unwrap();
+        let w = out.ty(stem.inputs[1]).shape.as_fixed().unwrap();
+        assert!(matches!(&stem.op, Op::Conv2d(a) if a.stride == [1, 1]) && w[1..] == [4, 4, 16], "{name}: {w:?}");
         let x: HostTensor = m.example_inputs(3).unwrap()[0].to_host().unwrap();
         let err = max_rel_err(&g, &out, &[x]);
         assert!(err < 1e-4, "{name}: max rel err {err}");

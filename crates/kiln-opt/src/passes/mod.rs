@@ -10,6 +10,7 @@ mod fold;
 mod layout;
 mod merge_matmuls;
 mod simplify;
+mod space_to_depth;
 
 pub use bn_fold::BnFold;
 pub use channels_last::ChannelsLast;
@@ -20,6 +21,7 @@ pub use fold::Fold;
 pub use layout::Layout;
 pub use merge_matmuls::MergeMatmuls;
 pub use simplify::Simplify;
+pub use space_to_depth::SpaceToDepth;
 
 use kiln_ir::{Graph, Result};
 
