@@ -77,6 +77,8 @@ pub struct StepRoute {
 pub struct CudaExplain {
     pub source: CudaSource,
     pub steps: Vec<StepRoute>,
+    /// Bytes of the arena of temporaries, planned after cuDNN's fusions (as the runtime does).
+    pub arena_bytes: usize,
 }
 
 /// Routes every step of `program`; `graph` (the one the program was scheduled from) names
@@ -84,6 +86,7 @@ pub struct CudaExplain {
 pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaExplain> {
     let mut program = program.clone();
     let fusions = fuse_conv_epilogues(&mut program);
+    let arena_bytes = kiln_sched::plan_memory(&program).arena_bytes;
     let source = render_cuda(&program)?;
     let kernel = |name: &str| -> Result<Route> {
         let info = source.kernels.iter().find(|k| k.name == name).ok_or_else(|| Error::Device(format!("kernel {name} was not rendered")))?;
@@ -108,7 +111,7 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
         let ops = graph.map_or_else(Vec::new, |g| step.nodes.iter().map(|&n| g.node(n).op.name()).collect());
         steps.push(StepRoute { route, epilogue, ops });
     }
-    Ok(CudaExplain { source, steps })
+    Ok(CudaExplain { source, steps, arena_bytes })
 }
 
 /// How a matmul extern `a [.., M, K] @ b [.., K, N] -> out_shape` in `dtype` runs.
@@ -152,9 +155,10 @@ impl fmt::Display for CudaExplain {
         }
         writeln!(
             f,
-            "CUDA: {} steps: {} kernels ({per_block} PerBlock), {library} library calls, {host} on the host",
+            "CUDA: {} steps: {} kernels ({per_block} PerBlock), {library} library calls, {host} on the host; arena {:.1} MB after cuDNN's fusions",
             self.steps.len(),
-            self.kernels()
+            self.kernels(),
+            self.arena_bytes as f64 / 1e6
         )
     }
 }

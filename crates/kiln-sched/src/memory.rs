@@ -15,6 +15,10 @@
 //!   reads that result: the library call writes it whole (or, on the CPU, each block of rows
 //!   before the epilogue runs on them), and the epilogue then overwrites it element by
 //!   element (conv + BatchNorm + ReLU keeps one feature map, not two).
+//!   And for a conv extern with a residual input (the fused form of
+//!   [`ExternOp::Conv2d`](crate::ExternOp::Conv2d): a backend's one library call computing
+//!   `act(conv + bias + z)`), the output may take the place of `z` when `z` dies there and is
+//!   dense in the output's shape: each output element is computed from its own `z` element.
 //!   A renderer must not mark such a pair's pointers `restrict`.
 //! - Placement is greedy by size with best fit (as TFLite's arena planner): allocations are
 //!   placed largest first, each into the smallest gap left between the already placed ones
@@ -24,7 +28,7 @@
 //!   Offsets and sizes are rounded up to [`ALIGN`] bytes.
 
 use crate::kernel::{Expr, Idx, Kernel, Stage};
-use crate::program::{BufId, BufKind, MemoryPlan, Program, StepKind};
+use crate::program::{BufId, BufKind, BufView, ExternOp, MemoryPlan, Program, StepKind};
 
 /// Alignment of every offset in the arena, in bytes (a cache line; enough for AVX-512 loads).
 pub const ALIGN: usize = 64;
@@ -164,6 +168,22 @@ fn in_place_pair(
         .map(|inp| (inp, out))
 }
 
+/// For a fused conv step `step` writing `out` (shape `shape`) with residual `z`: `(z, out)` when
+/// `out` may take `z`'s place (see the module docs).
+fn residual_pair(p: &Program, live: &[Interval], step: usize, z: &BufView, out: BufId, shape: &[usize]) -> Option<(BufId, BufId)> {
+    let (zb, ob) = (p.buffers.get(z.buf.index())?, p.buffers.get(out.index())?);
+    let dense = *z == BufView::dense(z.buf, shape);
+    let is_output = |b: BufId| p.outputs.iter().any(|(o, _)| *o == b);
+    let fits = zb.kind == BufKind::Temp
+        && ob.kind == BufKind::Temp
+        && zb.numel == ob.numel
+        && zb.dtype.size_of() == ob.dtype.size_of()
+        && !is_output(z.buf)
+        && matches!(live[z.buf.index()], Some((s, e)) if s < step && e == step)
+        && live[out.index()]?.0 == step;
+    (dense && fits && z.buf != out).then_some((z.buf, out))
+}
+
 /// One region of the arena: buffers chained in place share it over the union of their lives.
 struct Alloc {
     size: usize,
@@ -182,6 +202,7 @@ pub fn plan_memory(p: &Program) -> MemoryPlan {
     for (i, step) in p.steps.iter().enumerate() {
         let pair = match &step.kind {
             StepKind::Kernel { kernel, args } => in_place_pair(p, &live, i, kernel, args, None),
+            StepKind::Extern { op: ExternOp::Conv2d(_), inputs, out, out_shape, epilogue: None } => inputs.get(3).and_then(|z| residual_pair(p, &live, i, z, *out, out_shape)),
             StepKind::Extern {
                 out,
                 epilogue: Some(e),

@@ -60,6 +60,12 @@ pub struct BufView {
 }
 
 impl BufView {
+    /// The whole of `buf` read densely (row-major) as `shape`.
+    pub fn dense(buf: BufId, shape: &[usize]) -> BufView {
+        let strides = kiln_ir::data::contiguous_strides(shape).into_iter().map(|s| s as usize).collect();
+        BufView { buf, offset: 0, shape: shape.to_vec(), strides }
+    }
+
     /// The view as a [`kiln_ir::Layout`] over the buffer's elements (for host tensors sharing
     /// or reading the buffer).
     pub fn layout(&self) -> kiln_ir::Layout {
@@ -81,6 +87,10 @@ pub enum ExternOp {
     /// view of rank >= 2); output `[.., M, N]` dense. Epilogue rows: the `numel / N` rows of N.
     MatMul,
     /// `kiln_ir::Op::Conv2d` on inputs `[x, w]` or `[x, w, bias]`; output `[N, O, H, W]` dense.
+    /// A backend that folds the epilogue `relu(out + z)` into its library call (kiln-cuda's
+    /// `fuse_conv_epilogues`) lists `z` as a fourth input, dense in the output's shape: the
+    /// step then computes `relu(conv + bias + z)` and has no epilogue; only that backend runs
+    /// such steps.
     /// Epilogue rows: the `N * O` rows of `H * W` (channels last: output `[N, H, W, O]`, the
     /// `N * H * W` rows of `O`).
     Conv2d(Conv2dAttrs),

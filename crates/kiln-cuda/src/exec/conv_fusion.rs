@@ -9,7 +9,7 @@ use super::cudnn_refusal;
 use kiln_ir::{DType, UnaryOp};
 use kiln_sched::kernel::{Expr, ExprId, Stage};
 use kiln_sched::memory::live_intervals;
-use kiln_sched::{BufId, BufKind, ExternOp, Program, StepKind};
+use kiln_sched::{BufId, BufKind, BufView, ExternOp, Program, StepKind};
 
 /// What the fused call adds after the conv and its bias: a ReLU, after adding `residual`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,17 +25,28 @@ impl ConvFusion {
     }
 }
 
-/// Folds every conv epilogue cuDNN can apply itself into its step: the epilogue is removed and
+/// Folds every conv epilogue cuDNN can apply itself into its step: the epilogue is removed,
 /// the step's `out` becomes the epilogue's output (the conv's own result, read by nothing else,
-/// is never written). Returns each step's fusion (`None`: left as it was).
+/// is never written), and a residual becomes the step's fourth input (the fused form of
+/// [`ExternOp::Conv2d`], so liveness and the memory plan, made after this, see it read there).
+/// Returns each step's fusion (`None`: left as it was).
 pub fn fuse_conv_epilogues(program: &mut Program) -> Vec<Option<ConvFusion>> {
     let live = live_intervals(program);
     let found: Vec<Option<(ConvFusion, BufId)>> = (0..program.steps.len()).map(|i| fusable(program, &live, i)).collect();
+    let mut orphans = Vec::new();
     for (step, f) in program.steps.iter_mut().zip(&found) {
-        if let (Some((_, y)), StepKind::Extern { out, epilogue, .. }) = (f, &mut step.kind) {
-            *out = *y;
+        if let (Some((fusion, y)), StepKind::Extern { out, epilogue, inputs, out_shape, .. }) = (f, &mut step.kind) {
+            orphans.push(std::mem::replace(out, *y));
             *epilogue = None;
+            if let Some(z) = fusion.residual {
+                inputs.push(BufView::dense(z, out_shape));
+            }
         }
+    }
+    // The conv's own result is now touched by no step: it needs no memory (the planner gives
+    // every temporary its bytes, touched or not).
+    for r in orphans {
+        program.buffers[r.index()].numel = 0;
     }
     found.into_iter().map(|f| f.map(|(fusion, _)| fusion)).collect()
 }
@@ -149,6 +160,40 @@ mod tests {
                 assert_eq!(p.buffer(r).kind, BufKind::Input(1));
             }
         }
+    }
+
+    /// `relu(conv(x) + b + conv2(x) + b)` (both convs with a bias; either may take the
+    /// epilogue): the residual is a temporary (the other conv's result)
+    /// that dies in the fused call, so the memory plan made after fusion puts the output in its
+    /// place, and the conv's own result, never written, takes no memory.
+    #[test]
+    fn a_fused_conv_writes_over_its_residual_in_the_memory_plan() {
+        let dtype = DType::F32;
+        let mut g = Graph::new();
+        let x = g.input("x", TensorType::new(dtype, Shape::fixed(&[1, 3, 6, 6])));
+        let w = g.constant(HostTensor::zeros(dtype, &[4, 3, 3, 3]));
+        let w2 = g.constant(HostTensor::from_vec(vec![1f32; 108], &[4, 3, 3, 3]).unwrap());
+        let b = g.constant(HostTensor::zeros(dtype, &[4]));
+        let z = g.add(Op::Conv2d(ATTRS), &[x, w2, b]).unwrap();
+        let c = g.add(Op::Conv2d(ATTRS), &[x, w, b]).unwrap();
+        let sum = g.add(Op::Binary(BinaryOp::Add), &[c, z]).unwrap();
+        let out = g.add(Op::Unary(UnaryOp::Relu), &[sum]).unwrap();
+        g.output(out);
+        let (mut p, _) = schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES }).unwrap();
+        let fusable_step = |p: &Program| p.steps.iter().position(|s| matches!(&s.kind, StepKind::Extern { epilogue: Some(_), .. })).unwrap();
+        let i = fusable_step(&p);
+        let StepKind::Extern { out: result, .. } = p.steps[i].kind else { unreachable!() };
+        let fused = fuse_conv_epilogues(&mut p);
+        let residual = fused.iter().flatten().next().and_then(|f| f.residual).expect("fused with its residual");
+        let plan = kiln_sched::plan_memory(&p);
+        let StepKind::Extern { inputs, out: y, .. } = &p.steps[i].kind else { unreachable!() };
+        let y = *y;
+        assert_eq!(inputs.len(), 4, "the residual is the fused step's fourth input");
+        assert_eq!(inputs[3].buf, residual);
+        assert_eq!(plan.offsets[y.index()], plan.offsets[residual.index()], "y over its residual");
+        assert_eq!(p.buffer(result).numel, 0, "the conv's own result needs no memory");
+        // One map of [1, 4, 6, 6] f32 (576 bytes): the residual, then the output.
+        assert_eq!(plan.arena_bytes, 576);
     }
 
     #[test]

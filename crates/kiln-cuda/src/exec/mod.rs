@@ -92,6 +92,8 @@ pub struct Executable {
     _consts: Vec<DeviceBuffer>,
     _arena: DeviceBuffer,
     _staging: Vec<DeviceBuffer>,
+    /// Bytes of the arena of temporaries (the memory plan made after conv fusion).
+    arena_bytes: usize,
     workspace: Option<DeviceBuffer>,
     source: CudaSource,
     cache: Option<CacheOutcome>,
@@ -117,9 +119,10 @@ impl Executable {
     pub fn new(mut program: Program, gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Executable> {
         let began = std::time::Instant::now();
         kiln_cpu::compiled::check_steps(&program)?;
-        let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
-        // After placing memory: a fused conv writes its epilogue's output, already placed.
+        // Before placing memory: a fused conv may write its output over its residual.
         let fusions = fuse_conv_epilogues(&mut program);
+        program.memory = Some(kiln_sched::plan_memory(&program));
+        let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
         let source = render_cuda(&program)?;
         tracing::info!(target: "kiln::output_code", "generated CUDA C ({} kernels):\n{}", source.kernels.len(), source.source);
         let (module, cache_outcome) = if source.kernels.is_empty() {
@@ -237,6 +240,7 @@ impl Executable {
             _consts: consts,
             _arena: arena,
             _staging: staging,
+            arena_bytes,
             workspace,
             source,
             cache: cache_outcome,
@@ -249,6 +253,11 @@ impl Executable {
     /// The program this runs (conv epilogues cuDNN took over already folded in).
     pub fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// Bytes of the arena the temporaries live in.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
     }
 
     /// The generated CUDA C and each kernel's launch shape.
