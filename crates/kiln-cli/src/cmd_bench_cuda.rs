@@ -13,10 +13,12 @@ use kiln_ir::HostTensor;
 pub(crate) fn time_on_gpu(compiled: &Compiled, inputs: &[HostTensor], args: &BenchArgs, kernels: u64) -> CliResult<Timings> {
     let start = std::time::Instant::now();
     compiled.run(inputs)?;
-    let first = Pass { secs: start.elapsed().as_secs_f64(), kernels, peak_bytes: compiled.report().arena_bytes };
+    // Device memory beyond the weights and inputs: arena, library workspaces.
+    let working = compiled.device_working_bytes().unwrap_or(compiled.report().arena_bytes);
+    let first = Pass { secs: start.elapsed().as_secs_f64(), kernels, peak_bytes: working };
     let times = compiled
         .time_device(inputs, args.warmup as usize, args.iters as usize)?
         .ok_or_else(|| CliError::Failed("the model did not compile for the GPU".into()))?;
     let summary = stats::summarize(&times).ok_or_else(|| CliError::Failed("bench needs --iters of at least 1".into()))?;
-    Ok(Timings { first, summary, peak_bytes: compiled.report().arena_bytes })
+    Ok(Timings { first, summary, peak_bytes: working })
 }

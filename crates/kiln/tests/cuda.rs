@@ -288,6 +288,11 @@ fn conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter() {
         let source = c.report().source.clone().unwrap_or_default();
         assert_eq!(source.matches("__global__").count(), 1, "{mode:?}:\n{source}");
         assert!(c.host_ops().is_empty(), "{:?}", c.host_ops());
+        // Beyond the weights and the input a run uses the arena and cuDNN's workspace (no cuBLAS
+        // here).
+        let working = c.device_working_bytes().unwrap();
+        let floor = c.report().arena_bytes;
+        assert!(working >= floor && working < floor + (64 << 20), "{working} vs {floor}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Bytes of cuBLAS workspace (what PyTorch gives cuBLAS on Hopper).
-const CUBLAS_WORKSPACE: usize = 32 << 20;
+pub const CUBLAS_WORKSPACE: usize = 32 << 20;
 
 /// A driver error as a kiln error saying what was being done.
 pub fn driver_error(what: &str, e: DriverError) -> Error {

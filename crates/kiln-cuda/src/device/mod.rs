@@ -6,5 +6,5 @@ mod gpu;
 pub mod libs;
 
 pub use alloc::{DeviceBuffer, MemoryStats};
-pub use gpu::{Gpu, driver_error};
+pub use gpu::{CUBLAS_WORKSPACE, Gpu, driver_error};
 pub use libs::Lib;

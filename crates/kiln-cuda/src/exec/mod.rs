@@ -260,6 +260,15 @@ impl Executable {
         self.arena_bytes
     }
 
+    /// Device bytes a run uses beyond its weights and inputs: the arena, the shared conv /
+    /// cuBLASLt workspace, and cuBLAS's own workspace when a matmul calls cuBLAS. This is what
+    /// PyTorch's allocator peak less the model and its inputs counts (its workspaces included).
+    pub fn working_bytes(&self) -> usize {
+        let workspace = self.workspace.as_ref().map_or(0, DeviceBuffer::bytes);
+        let cublas = self.steps.iter().any(|s| matches!(s, GpuStep::Matmul { plan, .. } if plan.lt_algo().is_none()));
+        self.arena_bytes + workspace + if cublas { crate::device::CUBLAS_WORKSPACE } else { 0 }
+    }
+
     /// The generated CUDA C and each kernel's launch shape.
     pub fn source(&self) -> &CudaSource {
         &self.source

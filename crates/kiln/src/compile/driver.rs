@@ -88,6 +88,16 @@ impl Compiled {
         }
     }
 
+    /// Device memory a run uses beyond its weights and inputs (arena, library workspaces);
+    /// `None` off the GPU.
+    pub fn device_working_bytes(&self) -> Option<usize> {
+        match &self.runner {
+            #[cfg(feature = "cuda")]
+            Runner::Cuda(exe) => Some(exe.working_bytes()),
+            _ => None,
+        }
+    }
+
     /// What the compile did.
     pub fn report(&self) -> &CompileReport {
         &self.report
