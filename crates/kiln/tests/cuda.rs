@@ -415,7 +415,7 @@ fn every_autotune_candidate_computes_what_the_interpreter_does() {
                     Ok(got) => compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{} step {i} {c:?}: {e}", m.name())),
                     Err(e) => refused.push(format!("{} step {i} {c:?}: {e}", m.name())),
                 }
-                blocks += usize::from(c.block.is_some() || c.epilogue_block.is_some());
+                blocks += usize::from(c.block.is_some() || c.spread.is_some() || c.epilogue_block.is_some());
                 algos += usize::from(c.conv_algo.is_some());
                 lts += usize::from(c.lt_algo.is_some());
             }
@@ -424,7 +424,7 @@ fn every_autotune_candidate_computes_what_the_interpreter_does() {
         exe.set_tuning(&GpuTuning::default()).unwrap();
         compare(&exe.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap();
     }
-    eprintln!("candidates run: {blocks} block sizes, {algos} cuDNN algorithms, {lts} cuBLASLt configurations");
+    eprintln!("candidates run: {blocks} launch shapes, {algos} cuDNN algorithms, {lts} cuBLASLt configurations");
     assert!(blocks > 20 && algos > 5 && lts > 50, "too few candidates to test: {blocks} {algos} {lts}");
     // The search offers only candidates that run: none may fail.
     assert!(refused.is_empty(), "{} of {} failed: {refused:#?}", refused.len(), blocks + algos + lts);

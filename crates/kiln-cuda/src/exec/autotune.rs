@@ -1,6 +1,6 @@
 //! `max-autotune` on CUDA: every step of a program is timed on the device under its candidate
 //! [`GpuStepTuning`]s and the fastest kept — threads per block of each generated kernel (its
-//! own, or a library call's epilogue), the cuDNN algorithm of each conv, cuBLAS's call or one of
+//! own, or a library call's epilogue) and outer points per thread, the cuDNN algorithm of each conv, cuBLAS's call or one of
 //! the cuBLASLt heuristic's algorithms for each matmul.
 //!
 //! Steps are tuned in program order during one run, so each is timed on its true inputs. Each
@@ -74,6 +74,13 @@ pub struct GpuAutotuneReport {
     pub rejected: bool,
 }
 
+/// Outer points per thread (or block) a kernel may take besides one.
+const SPREADS: [u32; 3] = [2, 4, 8];
+
+/// Blocks of one wave on a large GPU (132 SMs on an H100/H200): a kernel's grid is spread only
+/// when it stays several waves.
+const WAVE_BLOCKS: u32 = 132;
+
 /// Block sizes a kernel of `launch` may take other than its own: smaller ones (a kernel is
 /// compiled with `__launch_bounds__` of its own block, so the device refuses larger ones).
 fn block_candidates(launch: Launch) -> Vec<u32> {
@@ -95,6 +102,10 @@ impl Executable {
                 GpuStepTuning {
                     block: match s {
                         GpuStep::Kernel(k) if k.grid.0 > 0 => block_of(k),
+                        _ => None,
+                    },
+                    spread: match s {
+                        GpuStep::Kernel(k) => (k.spread > 1).then_some(k.spread),
                         _ => None,
                     },
                     epilogue_block: s.epilogue().filter(|k| k.grid.0 > 0).and_then(block_of),
@@ -135,8 +146,9 @@ impl Executable {
         let misfit = |knob: &str| Error::Value(format!("tuning knob {knob} does not apply to step {i}"));
         let step = &mut self.steps[i];
         match step {
-            GpuStep::Kernel(k) => k.set_block(t.block),
+            GpuStep::Kernel(k) => k.set_launch(t.block, t.spread),
             _ if t.block.is_some() => return Err(misfit("block")),
+            _ if t.spread.is_some() => return Err(misfit("spread")),
             _ => {}
         }
         match step {
@@ -150,7 +162,7 @@ impl Executable {
             _ => {}
         }
         match step {
-            GpuStep::Matmul { epilogue: Some(e), .. } | GpuStep::Conv { epilogue: Some(e), .. } | GpuStep::Host { epilogue: Some(e), .. } => e.set_block(t.epilogue_block),
+            GpuStep::Matmul { epilogue: Some(e), .. } | GpuStep::Conv { epilogue: Some(e), .. } | GpuStep::Host { epilogue: Some(e), .. } => e.set_launch(t.epilogue_block, None),
             _ if t.epilogue_block.is_some() => return Err(misfit("epilogue_block")),
             _ => {}
         }
@@ -196,7 +208,12 @@ impl Executable {
         let gpu = self.gpu.clone();
         let none = GpuStepTuning::default();
         Ok(match &mut self.steps[i] {
-            GpuStep::Kernel(k) if k.grid.0 > 0 => block_candidates(k.launch).into_iter().map(|b| GpuStepTuning { block: Some(b), ..none }).collect(),
+            GpuStep::Kernel(k) if k.grid.0 > 0 => {
+                let blocks = block_candidates(k.launch).into_iter().map(|b| GpuStepTuning { block: Some(b), ..none });
+                // More points per thread only where the grid is more than a few waves.
+                let spreads = SPREADS.iter().filter(|&&f| k.grid.0 >= 4 * f * WAVE_BLOCKS).map(|&f| GpuStepTuning { spread: Some(f), ..none });
+                blocks.chain(spreads).collect()
+            }
             GpuStep::Conv { plan, .. } => plan.algos().skip(1).map(|a| GpuStepTuning { conv_algo: Some(a), ..none }).collect(),
             GpuStep::Matmul { plan, .. } => plan.lt_candidates(&gpu)?.into_iter().map(|a| GpuStepTuning { lt_algo: Some(a), ..none }).collect(),
             _ => Vec::new(),

@@ -42,22 +42,28 @@ struct KernelCall {
     /// follows from these and the block size, which max-autotune may change.
     launch: Launch,
     points: u64,
+    /// Outer points each thread (`PerThread`) or block (`PerBlock`) covers, grid-stride: the
+    /// grid shrinks by this factor (1: the renderer's grid).
+    spread: u32,
     /// Buffer addresses, then `begin`, `end` of the first outer loop.
     args: Vec<u64>,
     range: [i64; 2],
 }
 
 impl KernelCall {
-    /// Launches with `block` threads per block from now on (`None`: the renderer's choice).
-    /// Any block of whole warps computes the same values: kernels loop grid-stride and
-    /// combine per-warp partials for any number of warps.
-    fn set_block(&mut self, block: Option<u32>) {
+    /// Launches with `block` threads per block and `spread` outer points per thread (or per
+    /// block) from now on (`None`: the renderer's choices). Any such launch computes the same
+    /// values: kernels loop grid-stride over their points and combine per-warp partials for any
+    /// number of warps.
+    fn set_launch(&mut self, block: Option<u32>, spread: Option<u32>) {
         let launch = match (self.launch, block) {
             (l, None) => l,
             (Launch::PerThread { .. }, Some(block)) => Launch::PerThread { block },
             (Launch::PerBlock { .. }, Some(block)) => Launch::PerBlock { block },
         };
-        self.grid = launch.grid(self.points);
+        self.spread = spread.unwrap_or(1).max(1);
+        let (blocks, threads) = launch.grid(self.points);
+        self.grid = (if blocks == 0 { 0 } else { blocks.div_ceil(self.spread) }, threads);
     }
 }
 
@@ -165,6 +171,7 @@ impl Executable {
                 grid: info.launch.grid(points),
                 launch: info.launch,
                 points,
+                spread: 1,
                 args: args.iter().map(|a| ptrs[a.index()]).collect(),
                 range: [0, end as i64],
             })

@@ -5,6 +5,9 @@
 use kiln_ir::{Error, Result};
 use std::fmt::Write;
 
+/// The largest [`GpuStepTuning::spread`].
+pub const MAX_SPREAD: u32 = 64;
+
 /// The first line of [`GpuTuning::to_text`]; another first line is refused.
 const HEADER: &str = "kiln-cuda-tuning v1";
 
@@ -13,6 +16,9 @@ const HEADER: &str = "kiln-cuda-tuning v1";
 pub struct GpuStepTuning {
     /// Threads per block of the step's kernel (a kernel step).
     pub block: Option<u32>,
+    /// Outer points each thread (or block) of the step's kernel covers: its grid shrinks by this
+    /// factor, more work per thread (a kernel step).
+    pub spread: Option<u32>,
     /// Threads per block of the kernel after a library call (its epilogue).
     pub epilogue_block: Option<u32>,
     /// The cuDNN forward algorithm (a conv step), by its number.
@@ -72,7 +78,7 @@ impl GpuTuning {
         self.steps.iter().filter(|s| !s.is_default()).count()
     }
 
-    /// One line per non-default step: `STEP block=N epilogue_block=N conv_algo=N lt_algo=HEX`
+    /// One line per non-default step: `STEP block=N spread=N epilogue_block=N conv_algo=N lt_algo=HEX`
     /// (knobs left out are default).
     pub fn to_text(&self) -> String {
         let mut s = format!("{HEADER}\n");
@@ -80,6 +86,7 @@ impl GpuTuning {
             let _ = write!(s, "{i}");
             let knobs = [
                 ("block", t.block.map(|v| v.to_string())),
+                ("spread", t.spread.map(|v| v.to_string())),
                 ("epilogue_block", t.epilogue_block.map(|v| v.to_string())),
                 ("conv_algo", t.conv_algo.map(|v| v.to_string())),
                 ("lt_algo", t.lt_algo.map(|a| a.to_hex())),
@@ -112,6 +119,7 @@ impl GpuTuning {
                 let number = |lo: i64| value.parse::<i64>().ok().filter(|&v| v >= lo).ok_or_else(|| bad(&format!("{name} needs a number of at least {lo}")));
                 match name {
                     "block" => slot.block = Some(block(number(32)?).ok_or_else(|| bad("a block is 32 to 1024 threads"))?),
+                    "spread" => slot.spread = Some(u32::try_from(number(2)?).ok().filter(|&v| v <= MAX_SPREAD).ok_or_else(|| bad(&format!("spread is 2 to {MAX_SPREAD}")))?),
                     "epilogue_block" => slot.epilogue_block = Some(block(number(32)?).ok_or_else(|| bad("a block is 32 to 1024 threads"))?),
                     "conv_algo" => slot.conv_algo = Some(i32::try_from(number(0)?).map_err(|_| bad("conv_algo out of range"))?),
                     "lt_algo" => slot.lt_algo = Some(LtAlgo::from_hex(value).ok_or_else(|| bad("lt_algo is 128 hex digits"))?),
@@ -136,11 +144,12 @@ mod tests {
     fn a_tuning_round_trips_through_its_text() {
         let mut t = GpuTuning { steps: vec![GpuStepTuning::default(); 4] };
         t.steps[0].block = Some(128);
+        t.steps[0].spread = Some(4);
         let algo = LtAlgo([1, 2, 3, 0xffff_ffff_ffff_ffff, 0, 0, 7, 0x10]);
-        t.steps[2] = GpuStepTuning { block: None, epilogue_block: Some(1024), conv_algo: Some(6), lt_algo: Some(algo) };
+        t.steps[2] = GpuStepTuning { block: None, spread: None, epilogue_block: Some(1024), conv_algo: Some(6), lt_algo: Some(algo) };
         let text = t.to_text();
         let hex = "000000000000000100000000000000020000000000000003ffffffffffffffff0000000000000000000000000000000000000000000000070000000000000010";
-        assert_eq!(text, format!("kiln-cuda-tuning v1\n0 block=128\n2 epilogue_block=1024 conv_algo=6 lt_algo={hex}\n"));
+        assert_eq!(text, format!("kiln-cuda-tuning v1\n0 block=128 spread=4\n2 epilogue_block=1024 conv_algo=6 lt_algo={hex}\n"));
         assert_eq!(GpuTuning::from_text(&text, 4).unwrap(), t);
         assert_eq!(t.tuned_steps(), 2);
         assert_eq!(GpuTuning::from_text(&text, 5).unwrap().step(4), GpuStepTuning::default());
@@ -158,6 +167,8 @@ mod tests {
             ("kiln-cuda-tuning v1\nx block=64\n", "no step"),
             ("kiln-cuda-tuning v1\n0 block\n", "NAME=VALUE"),
             ("kiln-cuda-tuning v1\n0 lt_algo=12ab\n", "128 hex digits"),
+            ("kiln-cuda-tuning v1\n0 spread=1\n", "at least 2"),
+            ("kiln-cuda-tuning v1\n0 spread=65\n", "2 to 64"),
         ];
         for (text, why) in cases {
             let e = GpuTuning::from_text(text, 3).unwrap_err().to_string();
