@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Side-by-side GPU benchmark: kiln (eager, default) and PyTorch (eager, torch.compile default,
+"""Side-by-side GPU benchmark: kiln (eager, default, reduce-overhead, max-autotune) and PyTorch (eager, torch.compile default,
 torch.compile reduce-overhead, and the expert setup: channels_last + freezing for CNNs) on resnet18/resnet50 (bs 1 and 64),
 bert-base and gpt2 (bs 8, seq 128), in f32 and bf16 (--dtypes). One table: JSON lines + Markdown.
 
@@ -106,8 +106,8 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--torch-modes", default="torch-eager,torch-compile,torch-expert")
-    ap.add_argument("--kiln-modes", default="eager,default,reduce-overhead")
+    ap.add_argument("--torch-modes", default="torch-eager,torch-compile,torch-reduce-overhead,torch-expert")
+    ap.add_argument("--kiln-modes", default="eager,default,reduce-overhead,max-autotune")
     ap.add_argument("--cases", default="all", help="comma list of model:batch, or all")
     ap.add_argument("--dtypes", default="f32,bf16", help="comma list of f32, bf16, f16")
     a = ap.parse_args()
