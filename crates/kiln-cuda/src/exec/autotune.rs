@@ -16,7 +16,7 @@
 
 use super::graph::GraphReplay;
 use super::tuning::{GpuStepTuning, GpuTuning, LtAlgo};
-use super::{Event, Executable, GpuStep, KernelCall};
+use super::{Event, Executable, GpuStep};
 use crate::codegen::Launch;
 use crate::device::DeviceBuffer;
 use kiln_cpu::compiled::{MIN_GAIN, WHOLE_RUNS, describe};
@@ -92,37 +92,6 @@ fn block_candidates(launch: Launch) -> Vec<u32> {
 }
 
 impl Executable {
-    /// The choices every step runs with now.
-    pub fn tuning(&self) -> GpuTuning {
-        let steps = self
-            .steps
-            .iter()
-            .map(|s| {
-                let block_of = |k: &KernelCall| (k.grid.1 != k.launch.block()).then_some(k.grid.1);
-                GpuStepTuning {
-                    block: match s {
-                        GpuStep::Kernel(k) if k.grid.0 > 0 => block_of(k),
-                        _ => None,
-                    },
-                    spread: match s {
-                        GpuStep::Kernel(k) => (k.spread > 1).then_some(k.spread),
-                        _ => None,
-                    },
-                    epilogue_block: s.epilogue().filter(|k| k.grid.0 > 0).and_then(block_of),
-                    conv_algo: match s {
-                        GpuStep::Conv { plan, .. } => plan.algos().next().filter(|&first| first != plan.algo as i32).map(|_| plan.algo as i32),
-                        _ => None,
-                    },
-                    lt_algo: match s {
-                        GpuStep::Matmul { plan, .. } => plan.lt_algo(),
-                        _ => None,
-                    },
-                }
-            })
-            .collect();
-        GpuTuning { steps }
-    }
-
     /// Runs every step with `t`'s choices from now on (a reduce-overhead graph is captured
     /// anew). Errors when a choice does not fit its step (a knob of another kind of step, an
     /// algorithm the library does not offer): a tuning stored for another program or library.
@@ -165,25 +134,6 @@ impl Executable {
             GpuStep::Matmul { epilogue: Some(e), .. } | GpuStep::Conv { epilogue: Some(e), .. } | GpuStep::Host { epilogue: Some(e), .. } => e.set_launch(t.epilogue_block, None),
             _ if t.epilogue_block.is_some() => return Err(misfit("epilogue_block")),
             _ => {}
-        }
-        Ok(())
-    }
-
-    /// Grows the shared workspace to what the steps' current choices need.
-    fn fit_workspace(&mut self) -> Result<()> {
-        let need = self
-            .steps
-            .iter()
-            .map(|s| match s {
-                GpuStep::Conv { plan, .. } => plan.workspace,
-                GpuStep::Matmul { plan, .. } => plan.workspace(),
-                _ => 0,
-            })
-            .max()
-            .unwrap_or(0);
-        if need > self.workspace.as_ref().map_or(0, DeviceBuffer::bytes) {
-            self.workspace = None;
-            self.workspace = Some(self.gpu.alloc(need)?);
         }
         Ok(())
     }

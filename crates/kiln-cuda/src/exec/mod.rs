@@ -42,9 +42,6 @@ struct KernelCall {
     /// follows from these and the block size, which max-autotune may change.
     launch: Launch,
     points: u64,
-    /// Outer points each thread (`PerThread`) or block (`PerBlock`) covers, grid-stride: the
-    /// grid shrinks by this factor (1: the renderer's grid).
-    spread: u32,
     /// Buffer addresses, then `begin`, `end` of the first outer loop.
     args: Vec<u64>,
     range: [i64; 2],
@@ -61,9 +58,8 @@ impl KernelCall {
             (Launch::PerThread { .. }, Some(block)) => Launch::PerThread { block },
             (Launch::PerBlock { .. }, Some(block)) => Launch::PerBlock { block },
         };
-        self.spread = spread.unwrap_or(1).max(1);
         let (blocks, threads) = launch.grid(self.points);
-        self.grid = (if blocks == 0 { 0 } else { blocks.div_ceil(self.spread) }, threads);
+        self.grid = (blocks.div_ceil(spread.unwrap_or(1).max(1)), threads);
     }
 }
 
@@ -171,7 +167,6 @@ impl Executable {
                 grid: info.launch.grid(points),
                 launch: info.launch,
                 points,
-                spread: 1,
                 args: args.iter().map(|a| ptrs[a.index()]).collect(),
                 range: [0, end as i64],
             })
@@ -180,7 +175,6 @@ impl Executable {
 
         let memory_done = began.elapsed();
         let mut steps = Vec::with_capacity(program.steps.len());
-        let mut workspace = 0usize;
         for (step, fusion) in program.steps.iter().zip(&fusions) {
             steps.push(match &step.kind {
                 StepKind::Kernel { kernel, args } => GpuStep::Kernel(call(kernel, args)?),
@@ -203,10 +197,10 @@ impl Executable {
                         },
                         ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape, dtype, *fusion)? {
                             Some(plan) => {
-                                workspace = workspace.max(plan.workspace);
                                 let at = |v: &BufView| addr(ptrs[v.buf.index()], v, dtype.size_of());
-                                let z = fusion.and_then(|f| f.residual).map(|r| ptrs[r.index()]);
-                                GpuStep::Conv { plan, x: at(&inputs[0]), w: at(&inputs[1]), bias: inputs.get(2).map(at), z, y, epilogue: epilogue(e)? }
+                                // A fused residual is the step's fourth input.
+                                let (x, w, bias, z) = (at(&inputs[0]), at(&inputs[1]), inputs.get(2).map(at), inputs.get(3).map(at));
+                                GpuStep::Conv { plan, x, w, bias, z, y, epilogue: epilogue(e)? }
                             }
                             None => host(Op::Conv2d(*attrs))?,
                         },
@@ -227,7 +221,6 @@ impl Executable {
                 }
             });
         }
-        let workspace = if workspace > 0 { Some(gpu.alloc(workspace)?) } else { None };
         let error_flag = gpu.alloc(4)?;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
@@ -238,7 +231,7 @@ impl Executable {
             ms(memory_done - kernels_done),
             ms(began.elapsed() - memory_done),
         );
-        Ok(Executable {
+        let mut exe = Executable {
             gpu: gpu.clone(),
             program,
             steps,
@@ -248,13 +241,35 @@ impl Executable {
             _arena: arena,
             _staging: staging,
             arena_bytes,
-            workspace,
+            workspace: None,
             source,
             cache: cache_outcome,
             error_flag,
             replay: None,
             lock: Mutex::new(()),
-        })
+        };
+        exe.fit_workspace()?;
+        Ok(exe)
+    }
+
+    /// Grows the workspace the conv and cuBLASLt calls share to what the steps' current
+    /// choices need (at build, and after max-autotune changes a choice).
+    fn fit_workspace(&mut self) -> Result<()> {
+        let need = self
+            .steps
+            .iter()
+            .map(|s| match s {
+                GpuStep::Conv { plan, .. } => plan.workspace,
+                GpuStep::Matmul { plan, .. } => plan.workspace(),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        if need > self.workspace.as_ref().map_or(0, DeviceBuffer::bytes) {
+            self.workspace = None;
+            self.workspace = Some(self.gpu.alloc(need)?);
+        }
+        Ok(())
     }
 
     /// The program this runs (conv epilogues cuDNN took over already folded in).
