@@ -329,6 +329,38 @@ fn softmax_rows_run_per_block_and_layer_norm_compiles() {
     }
 }
 
+/// Rows of moderate length over many points, which a warp each takes: softmax over 100
+/// (not a multiple of 32) in f32, layer norm over 384 in f16, an i32 row sum over 40; the row
+/// counts leave the last block partly empty.
+fn warp_rows_graph() -> Graph {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[3001, 100]);
+    let s = g.add(Op::Softmax { axis: 1 }, &[x]).unwrap();
+    g.output(s);
+    let h = input(&mut g, "h", DType::F16, &[2003, 384]);
+    let w = input(&mut g, "w", DType::F16, &[384]);
+    let b = input(&mut g, "b", DType::F16, &[384]);
+    let n = g.add(Op::LayerNorm { axis: 1, eps: 1e-5 }, &[h, w, b]).unwrap();
+    g.output(n);
+    let i = input(&mut g, "i", DType::I32, &[1500, 40]);
+    let r = reduce(&mut g, ReduceOp::Sum, &[1], false, i);
+    g.output(r);
+    g
+}
+
+#[test]
+fn rows_over_many_points_run_a_warp_each() {
+    let g = warp_rows_graph();
+    for (p, src) in programs("warp rows", &g) {
+        let reductions: Vec<Launch> = p.kernels().filter(|k| reduce_stages(k) >= 1).map(|k| launch_of(&src, &p, |x| x.name == k.name)).collect();
+        assert!(reductions.len() >= 3, "{reductions:?}");
+        for l in reductions {
+            assert!(matches!(l, Launch::PerWarp { block } if block % 32 == 0), "{l:?}");
+        }
+        assert!(src.source.contains("__syncwarp();") || !src.source.contains("__syncthreads();"));
+    }
+}
+
 /// Every reduce op over rows and columns, several dtypes, keepdims, empty reduce dims, a global pool and a whole-tensor sum.
 fn reductions_graph() -> Graph {
     let mut g = Graph::new();
@@ -771,6 +803,7 @@ fn gpu_results_match_the_interpreter() {
         .collect();
     graphs.push(("casts".into(), casts_graph()));
     graphs.push(("softmax".into(), softmax_graph()));
+    graphs.push(("warp rows".into(), warp_rows_graph()));
     graphs.push(("reductions".into(), reductions_graph()));
     graphs.push(("padding".into(), padding_graph()));
     let mut ran = 0;
@@ -817,4 +850,55 @@ fn gpu_results_match_the_interpreter() {
     }
     assert_eq!(ran, graphs.len(), "every graph runs on the GPU");
     eprintln!("GPU check: {ran} programs matched the interpreter");
+}
+
+/// The GPU's erfc and erf (CUDA's `erfcf` / `erff`, which the prelude uses on a GPU) over a
+/// sweep of f32 inputs, against the interpreter's f64 functions: within the CUDA Math API's
+/// bounds (4 and 2 ulp of the f64 value; ulps of the smallest normal below it), NaN for NaN,
+/// erfc(0) = 1 and erf(±0) = ±0 exactly.
+#[test]
+fn gpu_erfc_and_erf_are_within_cudas_ulp_bounds() {
+    if !nvrtc_present() {
+        return;
+    }
+    let Some(stream) = gpu() else { return };
+    let mut xs: Vec<f32> = (0..200_000).map(|i| -12.0 + 24.0 * i as f32 / 199_999.0).collect();
+    for bits in 1..=254u32 {
+        for m in [0u32, 0x40_0000, 0x7f_ffff] {
+            let x = f32::from_bits((bits << 23) | m);
+            xs.extend([x, -x]);
+        }
+    }
+    xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.75, 9.19, 10.05]);
+    let n = xs.len();
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[n]);
+    for op in [UnaryOp::Erfc, UnaryOp::Erf] {
+        let y = un(&mut g, op, x);
+        g.output(y);
+    }
+    let (p, _) = schedule(&g, &ScheduleOptions { extern_dtypes: &[], ..ScheduleOptions::default() }).unwrap();
+    let src = render_cuda(&p).unwrap();
+    let xt = HostTensor::from_vec(xs.clone(), &[n]).unwrap();
+    let got = run_on_gpu(&stream, &p, &src, &[xt]).expect("a kernel-only program");
+    let x64 = HostTensor::from_vec(xs.iter().map(|&v| v as f64).collect::<Vec<f64>>(), &[n]).unwrap();
+    let ulp = |w: f64| 2f64.powi(if w == 0.0 { -126 } else { (w.abs().log2().floor() as i32).max(-126) } - 23);
+    for ((op, bound), y) in [(UnaryOp::Erfc, 4.0), (UnaryOp::Erf, 2.0)].into_iter().zip(&got) {
+        let want = kiln_cpu::eval(&Op::Unary(op), &[&x64]).unwrap().to_f64_vec();
+        let y = y.to_f64_vec();
+        let mut worst = 0f64;
+        for ((x, w), g) in xs.iter().zip(&want).zip(&y) {
+            if w.is_nan() {
+                assert!(g.is_nan(), "{op:?}({x}): got {g}, want NaN");
+                continue;
+            }
+            let err = (g - w).abs() / ulp(*w);
+            worst = worst.max(err);
+            assert!(err <= bound, "{op:?}({x:e}): got {g:e}, want {w:e} ({err:.2} ulp, bound {bound})");
+        }
+        eprintln!("GPU {op:?}: max error {worst:.2} ulp over {n} inputs");
+    }
+    let at = |i: usize, x: f32| xs.iter().position(|v| v.to_bits() == x.to_bits()).map(|k| got[i].to_f64_vec()[k]).unwrap();
+    assert_eq!(at(0, 0.0), 1.0);
+    assert_eq!(at(1, -0.0).to_bits(), (-0.0f64).to_bits());
 }

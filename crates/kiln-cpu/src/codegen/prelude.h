@@ -159,7 +159,8 @@ KC_FN double kc_atanh(double x) { return 0.5 * log1p((2.0 * x) / (1.0 - x)); }
  *   kc_sigmoidf 2.49 ulp of 1 / (1 + e^-x)       4 ulp from 1.0f / (1.0f + f32::exp(-x))
  * Results that round to 0 or overflow are exactly 0 / inf (sigmoid is 0 where e^-x overflows,
  * as the interpreter's), NaN gives NaN, erf(±0) = ±0 and erfc(0) = exp(0) = 1 exactly.
- * tests/codegen_math.rs checks these bounds on a dense sweep. f64 stays on libm. */
+ * tests/codegen_math.rs checks these bounds on a dense sweep. f64 stays on libm. On a GPU,
+ * erfc and erf are CUDA's own (below). */
 
 /* e^(a + b), for a large part a and a small correction b: the reduction subtracts n ln2 from a
  * exactly before adding b, so b's bits are not lost to the rounding of a + b. Cody-Waite:
@@ -199,6 +200,13 @@ KC_FN float kc_expf_sum(float a, float b) {
 KC_FN float kc_expf_v(float x) { return kc_expf_sum(x, 0.0f); }
 KC_FN float kc_sigmoidf(float x) { return 1.0f / (1.0f + kc_expf_v(-x)); }
 
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+/* On the GPU, CUDA's own erfcf / erff (at most 4 / 2 ulp by the CUDA Math API; the GPU tests
+ * check them on a sweep): the host form below does its fit in f64, which a GPU runs at half
+ * rate or less, and made BERT's GELU epilogue 3x slower than its memory traffic (H200). */
+KC_FN float kc_erfcf(float x) { return erfcf(x); }
+KC_FN float kc_erff(float x) { return erff(x); }
+#else
 /* erfc(z) for z >= 0 (or NaN): the Chebyshev fit of Numerical Recipes' erfcc,
  * t e^(-z^2 + P(t)) with t = 1 / (1 + z/2), relative error below 1.2e-7 for every z (the same
  * fit as kernels/activation.rs). t, P(t) and -z^2 + P(t) are formed in double (vectorised
@@ -247,6 +255,7 @@ KC_FN float kc_erff(float x) {
     uint32_t r = (kc_f32_bits(small) & m) | (kc_f32_bits(big) & ~m);
     return kc_bits_f32(r | (kc_f32_bits(x) & 0x80000000u));
 }
+#endif
 KC_FN double kc_erf(double x) { return erf(x); }
 KC_FN double kc_erfc(double x) { return erfc(x); }
 
