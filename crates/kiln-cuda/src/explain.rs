@@ -4,18 +4,20 @@
 //! functions of the steps' views.
 //!
 //! The library decisions are the runtime's own: [`MatmulPlan::new`] and its [`Batching`] for
-//! matmuls, [`cudnn_refusal`] for convs and [`fuse_conv_epilogues`] for the epilogues cuDNN
-//! applies itself (all pure, so no GPU is needed). A conv cuDNN has no
-//! algorithm for is an error when the executable is built, which only a GPU can tell.
+//! matmuls, [`cudnn_refusal`] for convs and [`fuse_library_epilogues`] for the epilogues cuDNN
+//! and cuBLASLt apply themselves (all pure, so no GPU is needed). Only a GPU can tell what the
+//! libraries refuse when the executable is built: a conv cuDNN has no algorithm for is an
+//! error, and a GEMM epilogue cuBLASLt has no algorithm for stays a kernel (here it is shown
+//! fused).
 
 use crate::codegen::{CudaSource, Launch, render_cuda};
-use crate::exec::{Batching, ConvFusion, MatmulPlan, cudnn_refusal, fuse_conv_epilogues};
+use crate::exec::{Batching, ConvFusion, GemmFusion, MatmulPlan, cudnn_refusal, fuse_library_epilogues};
 use kiln_ir::{Conv2dAttrs, DType, Error, Graph, Result};
 use kiln_sched::{BufView, ExternOp, Program, StepKind};
 use std::fmt;
 
 /// What runs one step (or an extern's epilogue) on the GPU.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Route {
     /// A generated CUDA kernel.
     Kernel { name: String, launch: Launch },
@@ -25,6 +27,8 @@ pub enum Route {
     CublasBatched { batches: usize },
     /// One GEMM per batch entry (more entries than cuBLAS's 32-bit batch count).
     CublasLoop { calls: usize },
+    /// One cuBLASLt GEMM (strided batch) adding the bias (and applying the ReLU) itself.
+    CublasLt { fused: GemmFusion },
     /// One cuDNN conv call; with a fusion, `cudnnConvolutionBiasActivationForward` adding the
     /// bias (and the residual) and applying the ReLU.
     Cudnn { fused: Option<ConvFusion> },
@@ -35,7 +39,7 @@ pub enum Route {
 impl Route {
     /// Whether this is a library call (cuBLAS or cuDNN).
     pub fn is_library(&self) -> bool {
-        matches!(self, Route::CublasStridedBatched { .. } | Route::CublasBatched { .. } | Route::CublasLoop { .. } | Route::Cudnn { .. })
+        matches!(self, Route::CublasStridedBatched { .. } | Route::CublasBatched { .. } | Route::CublasLoop { .. } | Route::CublasLt { .. } | Route::Cudnn { .. })
     }
 }
 
@@ -44,6 +48,7 @@ fn launch_text(l: Launch) -> String {
     let kind = match l {
         Launch::PerThread { .. } => "PerThread",
         Launch::PerBlock { .. } => "PerBlock",
+        Launch::PerWarp { .. } => "PerWarp",
     };
     format!("{kind} block {}", l.block())
 }
@@ -56,6 +61,7 @@ impl fmt::Display for Route {
             Route::CublasStridedBatched { batches } => write!(f, "cuBLAS sgemm strided-batched (batch {batches})"),
             Route::CublasBatched { batches } => write!(f, "cuBLAS sgemm batched over pointer arrays (batch {batches})"),
             Route::CublasLoop { calls } => write!(f, "cuBLAS sgemm x {calls}"),
+            Route::CublasLt { fused } => write!(f, "cuBLASLt matmul{} (fused)", fused.label()),
             Route::Cudnn { fused: None } => f.write_str("cuDNN conv"),
             Route::Cudnn { fused: Some(fusion) } => write!(f, "cuDNN conv{} (fused)", fusion.label()),
             Route::Host { reason } => write!(f, "host ({reason})"),
@@ -64,7 +70,7 @@ impl fmt::Display for Route {
 }
 
 /// One step: what runs it, the kernel of its epilogue, and the graph ops it computes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct StepRoute {
     pub route: Route,
     pub epilogue: Option<Route>,
@@ -77,7 +83,7 @@ pub struct StepRoute {
 pub struct CudaExplain {
     pub source: CudaSource,
     pub steps: Vec<StepRoute>,
-    /// Bytes of the arena of temporaries, planned after cuDNN's fusions (as the runtime does).
+    /// Bytes of the arena of temporaries, planned after the libraries' fusions (as the runtime does).
     pub arena_bytes: usize,
 }
 
@@ -85,9 +91,10 @@ pub struct CudaExplain {
 /// the ops of each step.
 pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaExplain> {
     let mut program = program.clone();
-    let fusions = fuse_conv_epilogues(&mut program);
+    let fusions = fuse_library_epilogues(&mut program, &mut |_, _, _| true);
     let arena_bytes = kiln_sched::plan_memory(&program).arena_bytes;
     let source = render_cuda(&program)?;
+    tracing::info!(target: "kiln::output_code", "generated CUDA C ({} kernels):\n{}", source.kernels.len(), source.source);
     let kernel = |name: &str| -> Result<Route> {
         let info = source.kernels.iter().find(|k| k.name == name).ok_or_else(|| Error::Device(format!("kernel {name} was not rendered")))?;
         Ok(Route::Kernel { name: name.to_string(), launch: info.launch })
@@ -98,9 +105,12 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
             StepKind::Kernel { kernel: k, .. } => (kernel(&k.name)?, None),
             StepKind::Extern { op, inputs, out, out_shape, epilogue } => {
                 let route = match op {
-                    ExternOp::MatMul => matmul_route(inputs, out_shape, program.buffer(*out).dtype)?,
+                    ExternOp::MatMul => match fused.and_then(|f| f.gemm()) {
+                        Some(fused) => Route::CublasLt { fused },
+                        None => matmul_route(inputs, out_shape, program.buffer(*out).dtype)?,
+                    },
                     ExternOp::Conv2d(attrs) => match conv_route(attrs, inputs, out_shape) {
-                        Route::Cudnn { .. } => Route::Cudnn { fused },
+                        Route::Cudnn { .. } => Route::Cudnn { fused: fused.and_then(|f| f.conv()) },
                         host => host,
                     },
                 };
@@ -146,7 +156,8 @@ impl fmt::Display for CudaExplain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let library = self.steps.iter().filter(|s| s.route.is_library()).count();
         let host = self.steps.iter().filter(|s| matches!(s.route, Route::Host { .. })).count();
-        let per_block = self.source.kernels.iter().filter(|k| matches!(k.launch, Launch::PerBlock { .. })).count();
+        let count = |pred: fn(&Launch) -> bool| self.source.kernels.iter().filter(|k| pred(&k.launch)).count();
+        let (per_block, per_warp) = (count(|l| matches!(l, Launch::PerBlock { .. })), count(|l| matches!(l, Launch::PerWarp { .. })));
         writeln!(f, "== CUDA steps ==")?;
         for (i, s) in self.steps.iter().enumerate() {
             let epi = s.epilogue.as_ref().map(|e| format!(" + epilogue {e}")).unwrap_or_default();
@@ -155,7 +166,7 @@ impl fmt::Display for CudaExplain {
         }
         writeln!(
             f,
-            "CUDA: {} steps: {} kernels ({per_block} PerBlock), {library} library calls, {host} on the host; arena {:.1} MB after cuDNN's fusions",
+            "CUDA: {} steps: {} kernels ({per_block} PerBlock, {per_warp} PerWarp), {library} library calls, {host} on the host; arena {:.1} MB after the libraries' fusions",
             self.steps.len(),
             self.kernels(),
             self.arena_bytes as f64 / 1e6

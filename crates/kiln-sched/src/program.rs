@@ -85,6 +85,9 @@ impl BufView {
 pub enum ExternOp {
     /// `kiln_ir::Op::MatMul` on inputs `[a, b]` (batch dims broadcast, each operand a strided
     /// view of rank >= 2); output `[.., M, N]` dense. Epilogue rows: the `numel / N` rows of N.
+    /// A backend that folds the epilogue `out + bias` (or `relu(out + bias)`, bias one value per
+    /// column) into its GEMM (kiln-cuda's cuBLASLt epilogues) lists a bias vector `[N]` as a
+    /// third input (none when the bias is a literal); only that backend runs such steps.
     MatMul,
     /// `kiln_ir::Op::Conv2d` on inputs `[x, w]` or `[x, w, bias]`; output `[N, O, H, W]` dense.
     /// A backend that folds the epilogue `relu(out + z)` into its library call (kiln-cuda's

@@ -54,13 +54,18 @@ pub enum Launch {
     /// split over the threads too. Kernels with a long stage loop nest: reductions over long
     /// loops (softmax and layer-norm rows, global pools, sums) and the stores after them.
     PerBlock { block: u32 },
+    /// One warp per outer point, `block / 32` points per block of `block` threads: the warp's
+    /// lanes split each stage's loops as [`Launch::PerBlock`]'s threads do, and combine their
+    /// partials by shuffles alone (no shared memory, no block barrier). Rows of moderate length
+    /// over many outer points (attention's softmax over 128 keys).
+    PerWarp { block: u32 },
 }
 
 impl Launch {
     /// Threads per block.
     pub fn block(self) -> u32 {
         match self {
-            Launch::PerThread { block } | Launch::PerBlock { block } => block,
+            Launch::PerThread { block } | Launch::PerBlock { block } | Launch::PerWarp { block } => block,
         }
     }
 
@@ -70,6 +75,7 @@ impl Launch {
         let blocks = match self {
             Launch::PerThread { block } => points.div_ceil(u64::from(block)),
             Launch::PerBlock { .. } => points,
+            Launch::PerWarp { block } => points.div_ceil(u64::from(block / 32).max(1)),
         };
         (blocks.min(u64::from(MAX_GRID)) as u32, self.block())
     }

@@ -134,6 +134,7 @@ impl Gpu {
         self.cublas
             .get_or_init(|| {
                 require(Lib::Cublas).map_err(|e| e.to_string())?;
+                let _timer = LoadTimer::new("cuBLAS");
                 self.bind().map_err(|e| e.to_string())?;
                 let h = cudarc::cublas::result::create_handle().map_err(|e| format!("cublasCreate: {e:?}"))?;
                 // SAFETY: a fresh handle and kiln's live stream.
@@ -160,6 +161,7 @@ impl Gpu {
         self.cublaslt
             .get_or_init(|| {
                 require(Lib::CublasLt).map_err(|e| e.to_string())?;
+                let _timer = LoadTimer::new("cuBLASLt");
                 self.bind().map_err(|e| e.to_string())?;
                 cudarc::cublaslt::result::create_handle().map(CublasLtHandle).map_err(|e| format!("cublasLtCreate: {e:?}"))
             })
@@ -181,6 +183,7 @@ impl Gpu {
         self.cudnn
             .get_or_init(|| {
                 require(Lib::Cudnn).map_err(|e| e.to_string())?;
+                let _timer = LoadTimer::new("cuDNN");
                 self.bind().map_err(|e| e.to_string())?;
                 let h = cudarc::cudnn::result::create_handle().map_err(|e| format!("cudnnCreate: {e:?}"))?;
                 // SAFETY: a fresh handle and kiln's live stream.
@@ -194,5 +197,24 @@ impl Gpu {
     /// Locks the allocator's pools.
     pub(super) fn pools(&self) -> MutexGuard<'_, Pools> {
         self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Logs how long a library took to load and make its handle (on `kiln::cuda`, when dropped):
+/// part of a process's first compile for the GPU.
+struct LoadTimer {
+    what: &'static str,
+    began: std::time::Instant,
+}
+
+impl LoadTimer {
+    fn new(what: &'static str) -> LoadTimer {
+        LoadTimer { what, began: std::time::Instant::now() }
+    }
+}
+
+impl Drop for LoadTimer {
+    fn drop(&mut self) {
+        tracing::info!(target: "kiln::cuda", "{} handle made in {:.1} ms", self.what, self.began.elapsed().as_secs_f64() * 1e3);
     }
 }

@@ -87,6 +87,7 @@ fn block_candidates(launch: Launch) -> Vec<u32> {
     let sizes: &[u32] = match launch {
         Launch::PerThread { .. } => &[64, 128, 256, 512],
         Launch::PerBlock { .. } => &[32, 64, 128, 256],
+        Launch::PerWarp { .. } => &[32, 64, 128],
     };
     sizes.iter().copied().filter(|&b| b < launch.block()).collect()
 }

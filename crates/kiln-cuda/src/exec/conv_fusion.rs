@@ -2,14 +2,13 @@
 //! computes `y = relu(conv(x, w) + bias + z)` in one call, so a conv step with a bias whose
 //! epilogue is `relu(out)` or `relu(out + z)` (ResNet's conv + folded BatchNorm + ReLU, and its
 //! residual add) needs neither the epilogue kernel nor cuDNN's separate bias pass: two passes
-//! over the output saved. The decision is pure (no GPU), so `kiln explain --device cuda` shows
-//! the same routes the runtime takes.
+//! over the output saved. [`super::fusion`] folds what this finds into the step.
 
 use super::cudnn_refusal;
-use kiln_ir::{DType, UnaryOp};
-use kiln_sched::kernel::{Expr, ExprId, Stage};
-use kiln_sched::memory::live_intervals;
-use kiln_sched::{BufId, BufKind, BufView, ExternOp, Program, StepKind};
+use super::fusion::{DenseEpilogue, is_float};
+use kiln_ir::UnaryOp;
+use kiln_sched::kernel::Expr;
+use kiln_sched::{BufId, BufView, ExternOp, Program};
 
 /// What the fused call adds after the conv and its bias: a ReLU, after adding `residual`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,82 +24,42 @@ impl ConvFusion {
     }
 }
 
-/// Folds every conv epilogue cuDNN can apply itself into its step: the epilogue is removed,
-/// the step's `out` becomes the epilogue's output (the conv's own result, read by nothing else,
-/// is never written), and a residual becomes the step's fourth input (the fused form of
-/// [`ExternOp::Conv2d`], so liveness and the memory plan, made after this, see it read there).
-/// Returns each step's fusion (`None`: left as it was).
-pub fn fuse_conv_epilogues(program: &mut Program) -> Vec<Option<ConvFusion>> {
-    let live = live_intervals(program);
-    let found: Vec<Option<(ConvFusion, BufId)>> = (0..program.steps.len()).map(|i| fusable(program, &live, i)).collect();
-    let mut orphans = Vec::new();
-    for (step, f) in program.steps.iter_mut().zip(&found) {
-        if let (Some((fusion, y)), StepKind::Extern { out, epilogue, inputs, out_shape, .. }) = (f, &mut step.kind) {
-            orphans.push(std::mem::replace(out, *y));
-            *epilogue = None;
-            if let Some(z) = fusion.residual {
-                inputs.push(BufView::dense(z, out_shape));
-            }
-        }
-    }
-    // The conv's own result is now touched by no step: it needs no memory (the planner gives
-    // every temporary its bytes, touched or not).
-    for r in orphans {
-        program.buffers[r.index()].numel = 0;
-    }
-    found.into_iter().map(|f| f.map(|(fusion, _)| fusion)).collect()
-}
-
-/// The fusion of step `i` and the buffer the fused call writes, when cuDNN can take it: a float
-/// conv with a bias that cuDNN runs ([`cudnn_refusal`]), whose result only its epilogue reads,
-/// and whose epilogue is one dense store of `relu(out)` or `relu(out + z)`.
-fn fusable(p: &Program, live: &[Option<(usize, usize)>], i: usize) -> Option<(ConvFusion, BufId)> {
-    let StepKind::Extern { op: ExternOp::Conv2d(attrs), inputs, out, out_shape, epilogue: Some(e) } = &p.steps[i].kind else {
-        return None;
-    };
-    let float = |b: BufId| p.buffers.get(b.index()).is_some_and(|buf| matches!(buf.dtype, DType::F32 | DType::F16 | DType::BF16));
-    let only_here = live.get(out.index()).copied().flatten() == Some((i, i)) && !p.outputs.iter().any(|(o, _)| o == out);
-    if inputs.len() != 3 || !float(*out) || !only_here || cudnn_refusal(attrs, inputs, out_shape).is_some() {
+/// The fusion of a conv step's epilogue `e`, and the residual the fused call also reads (dense,
+/// in the output's shape: the fused step's fourth input, as [`ExternOp::Conv2d`] documents),
+/// when cuDNN can take it: a float conv with a bias that cuDNN runs ([`cudnn_refusal`]) whose
+/// epilogue is `relu(out)` or `relu(out + z)`.
+pub(crate) fn fusable(p: &Program, e: &DenseEpilogue) -> Option<(ConvFusion, Option<BufView>)> {
+    let ExternOp::Conv2d(attrs) = e.op else { return None };
+    if e.inputs.len() != 3 || cudnn_refusal(attrs, e.inputs, e.out_shape).is_some() {
         return None;
     }
-    let k = &e.kernel;
-    let [Stage::Store { loops, arg, index, value }] = k.stages.as_slice() else {
+    let numel = p.buffer(e.out).numel;
+    let dense = |b: BufId| is_float(p, b) && p.buffer(b).numel == numel;
+    let Expr::Unary { op: UnaryOp::Relu, x } = *e.expr(e.value)? else {
         return None;
     };
-    let numel = p.buffer(*out).numel;
-    let y = *e.args.get(*arg as usize)?;
-    let points = k.outer_points() * loops.iter().map(|l| l.extent).product::<usize>();
-    let written_only_y = k.args.iter().enumerate().all(|(a, arg_info)| arg_info.written == (a == *arg as usize));
-    let dense = |b: BufId| float(b) && p.buffer(b).numel == numel;
-    if points != numel || !written_only_y || !dense(y) || p.buffer(y).kind != BufKind::Temp {
-        return None;
-    }
-    // The buffer an expression loads at the store's own index.
-    let load = |id: ExprId| -> Option<BufId> {
-        match &k.exprs.get(id as usize)?.expr {
-            Expr::Load { arg, index: at } if at == index => e.args.get(*arg as usize).copied(),
-            _ => None,
-        }
-    };
-    let Expr::Unary { op: UnaryOp::Relu, x } = k.exprs.get(*value as usize)?.expr else {
-        return None;
-    };
-    let residual = match &k.exprs.get(x as usize)?.expr {
-        Expr::Load { .. } => (load(x)? == *out).then_some(None)?,
-        Expr::Binary { op: kiln_ir::BinaryOp::Add, a, b } => match (load(*a)?, load(*b)?) {
-            (l, z) | (z, l) if l == *out && z != *out && dense(z) => Some(z),
+    let residual = match e.expr(x)? {
+        Expr::Load { .. } => (e.load_here(x)? == e.out).then_some(None)?,
+        Expr::Binary { op: kiln_ir::BinaryOp::Add, a, b } => match (e.load_here(*a)?, e.load_here(*b)?) {
+            (l, z) | (z, l) if l == e.out && z != e.out && dense(z) => Some(z),
             _ => return None,
         },
         _ => return None,
     };
-    Some((ConvFusion { residual }, y))
+    Some((ConvFusion { residual }, residual.map(|z| BufView::dense(z, e.out_shape))))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_ir::{BinaryOp, Conv2dAttrs, Graph, HostTensor, Op, Shape, TensorType};
-    use kiln_sched::{GPU_EXTERN_DTYPES, ScheduleOptions, schedule};
+    use crate::exec::fuse_library_epilogues;
+    use kiln_ir::{BinaryOp, Conv2dAttrs, DType, Graph, HostTensor, Op, Shape, TensorType};
+    use kiln_sched::{BufKind, GPU_EXTERN_DTYPES, ScheduleOptions, StepKind, schedule};
+
+    /// The conv fusions of `program` (no GEMM epilogue accepted).
+    fn fuse_conv_epilogues(program: &mut Program) -> Vec<Option<ConvFusion>> {
+        fuse_library_epilogues(program, &mut |_, _, _| false).into_iter().map(|f| f.and_then(|f| f.conv())).collect()
+    }
 
     const ATTRS: Conv2dAttrs = Conv2dAttrs { stride: [1, 1], padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1, channels_last: false };
 

@@ -38,7 +38,17 @@ pub(crate) struct LtOperand {
     pub stride: i64,
 }
 
-/// `D = op_a(A) op_b(B)` over `batches` entries, column-major, all of `ty`.
+/// What cuBLASLt applies to the product before writing D.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LtEpilogue {
+    None,
+    /// `+ bias[row]` (a row of D in cuBLAS's column-major terms: a column of kiln's output).
+    Bias,
+    /// `max(0, . + bias[row])`.
+    ReluBias,
+}
+
+/// `D = epilogue(op_a(A) op_b(B))` over `batches` entries, column-major, all of `ty`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LtProblem {
     pub ty: sys::cudaDataType,
@@ -48,6 +58,7 @@ pub(crate) struct LtProblem {
     pub b: LtOperand,
     pub d: LtOperand,
     pub batches: usize,
+    pub epilogue: LtEpilogue,
 }
 
 /// The descriptors of an [`LtProblem`] and the algorithm runs use.
@@ -94,10 +105,33 @@ impl LtGemm {
             // SAFETY: a live descriptor; the attribute is a cublasOperation_t (an i32).
             unsafe { cudarc::cublaslt::result::set_matmul_desc_attribute(desc, attr, (&op as *const i32).cast(), 4) }.map_err(|e| lt("transpose attribute", e))?;
         }
+        let epilogue = match p.epilogue {
+            LtEpilogue::None => None,
+            LtEpilogue::Bias => Some(sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS),
+            LtEpilogue::ReluBias => Some(sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS),
+        };
+        if let Some(ep) = epilogue {
+            // SAFETY: a live descriptor; the attribute is a cublasLtEpilogue_t (a u32).
+            unsafe { cudarc::cublaslt::result::set_matmul_desc_attribute(desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, (&ep as *const sys::cublasLtEpilogue_t).cast(), 4) }
+                .map_err(|e| lt("epilogue attribute", e))?;
+        }
         for (slot, o) in g.layouts.iter_mut().zip([&p.a, &p.b, &p.d]) {
             *slot = layout(p.ty, o, p.batches)?;
         }
         Ok(g)
+    }
+
+    /// Reads the epilogue's bias (one value of the problem's type per row of D, the same for
+    /// every batch entry) from device address `bias`.
+    pub fn set_bias(&mut self, bias: u64) -> Result<()> {
+        // SAFETY: a live descriptor; the attribute is a device pointer (8 bytes).
+        unsafe { cudarc::cublaslt::result::set_matmul_desc_attribute(self.desc, sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER, (&bias as *const u64).cast(), 8) }
+            .map_err(|e| lt("bias pointer", e))
+    }
+
+    /// The heuristic's best configuration, or `None` when cuBLASLt has none for the problem.
+    pub fn best(&self, gpu: &Gpu) -> Result<Option<LtAlgo>> {
+        Ok(self.heuristic(gpu)?.first().map(|a| LtAlgo(a.data)))
     }
 
     /// Workspace bytes `algo` needs for this problem, or `None` when cuBLASLt refuses it here

@@ -4,7 +4,7 @@
 //! `Cᵀ = Bᵀ Aᵀ`; each operand is passed as it is stored (row- or column-major through its
 //! strides), so transposed views need no copy.
 
-use super::lt::{LtGemm, LtOperand, LtProblem};
+use super::lt::{LtEpilogue, LtGemm, LtOperand, LtProblem};
 use super::tuning::LtAlgo;
 use crate::device::{DeviceBuffer, Gpu};
 use cudarc::cublaslt::sys as lt_sys;
@@ -87,6 +87,9 @@ pub(crate) struct MatmulPlan {
     lt: Option<LtGemm>,
     /// Runs go through `lt`'s chosen algorithm rather than cuBLAS's own call.
     use_lt: bool,
+    /// What cuBLASLt applies after the product ([`MatmulPlan::fuse_epilogue`]); anything but
+    /// `None` runs through cuBLASLt always.
+    epilogue: LtEpilogue,
 }
 
 impl MatmulPlan {
@@ -134,7 +137,7 @@ impl MatmulPlan {
             (Some(sa), Some(sb)) => Batching::Strided { sa, sb },
             _ => Batching::Pointers,
         };
-        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs, b_offs, elem: dtype.size_of(), half, batching, pointers: None, lt: None, use_lt: false }))
+        Ok(Some(MatmulPlan { m, n, k, a: ao, b: bo, a_offs, b_offs, elem: dtype.size_of(), half, batching, pointers: None, lt: None, use_lt: false, epilogue: LtEpilogue::None }))
     }
 
     /// How the batch entries are issued.
@@ -188,6 +191,7 @@ impl MatmulPlan {
             b: stored(self.a, self.m, self.k, sa),
             d: LtOperand { rows: self.n, cols: self.m, ld: self.n, stride: (self.m * self.n) as i64 },
             batches: self.a_offs.len(),
+            epilogue: self.epilogue,
         })
     }
 
@@ -219,10 +223,38 @@ impl MatmulPlan {
         }
     }
 
-    /// Runs cuBLASLt's `algo` from now on, or (`None`) cuBLAS's own call; an error when
-    /// cuBLASLt refuses `algo` for this step.
+    /// Whether cuBLASLt has an algorithm for this matmul with the epilogue `+ bias` (then
+    /// `relu`): what [`super::fusion`] asks before folding an epilogue into the GEMM.
+    pub fn lt_accepts_epilogue(mut self, gpu: &Gpu, relu: bool) -> bool {
+        self.epilogue = if relu { LtEpilogue::ReluBias } else { LtEpilogue::Bias };
+        self.lt().is_some_and(|g| matches!(g.best(gpu), Ok(Some(_))))
+    }
+
+    /// From now on, runs through cuBLASLt adding the bias at device address `bias` (one value
+    /// per output column) to the product, then (`relu`) applying a ReLU, with the heuristic's
+    /// best algorithm; an error when cuBLASLt has none.
+    pub fn fuse_epilogue(&mut self, gpu: &Gpu, relu: bool, bias: u64) -> Result<()> {
+        self.epilogue = if relu { LtEpilogue::ReluBias } else { LtEpilogue::Bias };
+        self.lt = None;
+        let (m, k, n) = (self.m, self.k, self.n);
+        let g = self.lt().ok_or_else(|| Error::Device(format!("cuBLASLt cannot run the matmul [{m}x{k}]x[{k}x{n}] with a bias epilogue")))?;
+        g.set_bias(bias)?;
+        self.set_lt(gpu, None)
+    }
+
+    /// Runs cuBLASLt's `algo` from now on, or (`None`) the built-in choice: cuBLAS's own call,
+    /// or for a fused epilogue the cuBLASLt heuristic's best; an error when cuBLASLt refuses
+    /// `algo` for this step.
     pub fn set_lt(&mut self, gpu: &Gpu, algo: Option<LtAlgo>) -> Result<()> {
         self.use_lt = false;
+        let algo = match (algo, self.epilogue) {
+            (None, LtEpilogue::Bias | LtEpilogue::ReluBias) => {
+                let (m, k, n) = (self.m, self.k, self.n);
+                let g = self.lt().ok_or_else(|| Error::Device(format!("cuBLASLt cannot run the fused matmul [{m}x{k}]x[{k}x{n}]")))?;
+                Some(g.best(gpu)?.ok_or_else(|| Error::Device(format!("cuBLASLt has no algorithm for the fused matmul [{m}x{k}]x[{k}x{n}]")))?)
+            }
+            (a, _) => a,
+        };
         if let Some(a) = algo {
             let (m, k, n) = (self.m, self.k, self.n);
             let g = self.lt().ok_or_else(|| Error::Value(format!("cuBLASLt cannot run the matmul [{m}x{k}]x[{k}x{n}]")))?;
@@ -235,6 +267,16 @@ impl MatmulPlan {
     /// The cuBLASLt configuration runs use, when it is not cuBLAS's own call.
     pub fn lt_algo(&self) -> Option<LtAlgo> {
         self.lt.as_ref().filter(|_| self.use_lt).and_then(LtGemm::chosen)
+    }
+
+    /// `cuBLAS` or `cuBLASLt +bias+relu` — what `kiln bench --profile` prints for this call.
+    pub fn describe(&self) -> &'static str {
+        match (self.epilogue, self.use_lt) {
+            (LtEpilogue::Bias, _) => "cuBLASLt +bias",
+            (LtEpilogue::ReluBias, _) => "cuBLASLt +bias+relu",
+            (LtEpilogue::None, true) => "cuBLASLt",
+            (LtEpilogue::None, false) => "cuBLAS",
+        }
     }
 
     /// Workspace bytes a run needs from the executable (cuBLAS's own call has its own).

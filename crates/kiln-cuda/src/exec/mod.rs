@@ -6,6 +6,8 @@
 mod conv;
 mod conv_fusion;
 mod event;
+mod fusion;
+mod gemm_fusion;
 mod gather;
 mod graph;
 mod host;
@@ -27,7 +29,9 @@ use kiln_ir::{Error, HostTensor, Op, Result};
 use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, Program, StepKind};
 pub(crate) use conv::cudnn_refusal;
 pub use autotune::{GpuAutotuneReport, GpuStepResult};
-pub use conv_fusion::{ConvFusion, fuse_conv_epilogues};
+pub use conv_fusion::ConvFusion;
+pub use fusion::{LibraryFusion, fuse_library_epilogues};
+pub use gemm_fusion::{GemmBias, GemmFusion};
 pub use tuning::{GpuStepTuning, GpuTuning, LtAlgo};
 pub(crate) use matmul::{Batching, MatmulPlan};
 use std::ffi::c_void;
@@ -57,6 +61,7 @@ impl KernelCall {
             (l, None) => l,
             (Launch::PerThread { .. }, Some(block)) => Launch::PerThread { block },
             (Launch::PerBlock { .. }, Some(block)) => Launch::PerBlock { block },
+            (Launch::PerWarp { .. }, Some(block)) => Launch::PerWarp { block },
         };
         let (blocks, threads) = launch.grid(self.points);
         self.grid = (blocks.div_ceil(spread.unwrap_or(1).max(1)), threads);
@@ -115,6 +120,15 @@ fn addr(base: u64, v: &BufView, elem: usize) -> u64 {
     base + (v.offset * elem) as u64
 }
 
+/// Whether cuBLASLt has an algorithm for step `i` of `p` (a matmul) with the epilogue of `f`.
+fn lt_accepts(gpu: &Gpu, p: &Program, i: usize, f: &GemmFusion) -> bool {
+    let StepKind::Extern { inputs, out, out_shape, .. } = &p.steps[i].kind else { return false };
+    match MatmulPlan::new(inputs, out_shape, p.buffer(*out).dtype) {
+        Ok(Some(plan)) => plan.lt_accepts_epilogue(gpu, f.relu),
+        _ => false,
+    }
+}
+
 impl Executable {
     /// Binds `program` to `gpu`: renders and compiles its kernels (cubin from `cache` when
     /// there), uploads its constants and allocates its memory.
@@ -122,7 +136,7 @@ impl Executable {
         let began = std::time::Instant::now();
         kiln_cpu::compiled::check_steps(&program)?;
         // Before placing memory: a fused conv may write its output over its residual.
-        let fusions = fuse_conv_epilogues(&mut program);
+        let fusions = fuse_library_epilogues(&mut program, &mut |p, i, f| lt_accepts(gpu, p, i, f));
         program.memory = Some(kiln_sched::plan_memory(&program));
         let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
         let source = render_cuda(&program)?;
@@ -191,11 +205,24 @@ impl Executable {
                             Some(mut plan) => {
                                 let (a, b) = (ptrs[inputs[0].buf.index()], ptrs[inputs[1].buf.index()]);
                                 plan.bind(gpu, a, b, y)?;
+                                if let Some(f) = fusion.and_then(|f| f.gemm()) {
+                                    let bias = match f.bias {
+                                        // A column bias is the fused step's third input.
+                                        GemmBias::Column(_) => inputs.get(2).map(|v| addr(ptrs[v.buf.index()], v, dtype.size_of())).ok_or_else(|| Error::Graph("a fused matmul without its bias input".into()))?,
+                                        GemmBias::Splat(v) => {
+                                            let n = out_shape.last().copied().unwrap_or(0);
+                                            let splat = kiln_cpu::eval(&Op::Cast(dtype), &[&HostTensor::from_vec(vec![v; n], &[n])?])?;
+                                            consts.push(gpu.upload(&splat)?);
+                                            consts.last().map_or(0, DeviceBuffer::ptr)
+                                        }
+                                    };
+                                    plan.fuse_epilogue(gpu, f.relu, bias)?;
+                                }
                                 GpuStep::Matmul { plan, a, b, c: y, epilogue: epilogue(e)? }
                             }
                             None => host(Op::MatMul)?,
                         },
-                        ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape, dtype, *fusion)? {
+                        ExternOp::Conv2d(attrs) => match ConvPlan::new(gpu, attrs, inputs, out_shape, dtype, fusion.and_then(|f| f.conv()))? {
                             Some(plan) => {
                                 let at = |v: &BufView| addr(ptrs[v.buf.index()], v, dtype.size_of());
                                 // A fused residual is the step's fourth input.

@@ -45,7 +45,7 @@ impl Executable {
             let what = describe(&self.program.steps[i].kind);
             let main = match step {
                 GpuStep::Kernel(_) => what,
-                GpuStep::Matmul { .. } => format!("cuBLAS {what}"),
+                GpuStep::Matmul { plan, .. } => format!("{} {what}", plan.describe()),
                 GpuStep::Conv { plan, .. } => format!("cuDNN {} {what}", plan.describe()),
                 GpuStep::Gather(_) => format!("gather kernel {what}"),
                 GpuStep::Host { .. } => format!("host {what}"),
