@@ -329,6 +329,37 @@ fn softmax_rows_run_per_block_and_layer_norm_compiles() {
     }
 }
 
+/// Pointwise kernels a thread takes 4 points of: a bias over rows of 64 and a GELU in f32, a
+/// transposed operand (read per point) in bf16, a 1-D chain of 1003 elements (the launch split
+/// at 501 leaves the second range misaligned, and the last group short).
+fn vector_graph() -> Graph {
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[37, 64]);
+    let b = input(&mut g, "b", DType::F32, &[64]);
+    let y = bin(&mut g, BinaryOp::Add, x, b);
+    let y = g.add(Op::Gelu { tanh_approx: false }, &[y]).unwrap();
+    g.output(y);
+    let h = input(&mut g, "h", DType::BF16, &[24, 40]);
+    let t = input(&mut g, "t", DType::BF16, &[40, 24]);
+    let tt = g.add(Op::Permute(vec![1, 0]), &[t]).unwrap();
+    let z = bin(&mut g, BinaryOp::Mul, h, tt);
+    g.output(z);
+    let v = input(&mut g, "v", DType::F32, &[1003]);
+    let w = un(&mut g, UnaryOp::Exp, v);
+    let w = un(&mut g, UnaryOp::Neg, w);
+    g.output(w);
+    g
+}
+
+#[test]
+fn pointwise_rows_of_multiples_of_4_take_4_points_a_thread() {
+    for (p, src) in programs("vector", &vector_graph()) {
+        let vectorised = src.kernels.iter().filter(|k| k.vector == 4).count();
+        assert!(vectorised >= 2, "{} of {} kernels vectorised:\n{}", vectorised, p.kernels().count(), src.source);
+        assert!(src.source.contains("float4") && src.source.contains("ushort4"), "{}", src.source);
+    }
+}
+
 /// Rows of moderate length over many points, which a warp each takes: softmax over 100
 /// (not a multiple of 32) in f32, layer norm over 384 in f16, an i32 row sum over 40; the row
 /// counts leave the last block partly empty.
@@ -532,7 +563,7 @@ fn index_width_signature_and_launch_range() {
     let small = add_kernel("small", 7, 9, true);
     let (text, info) = render_kernel(&small).unwrap();
     assert_eq!(info.launch, Launch::PerThread { block: 256 });
-    assert_eq!(info.row_points, Some(9));
+    assert_eq!((info.row_points, info.vector), (Some(9), 1));
     assert!(
         text.contains(
             "small(const float* in0, const float* __restrict__ in1, float* out2, long long begin, long long end)"
@@ -564,8 +595,10 @@ fn index_width_signature_and_launch_range() {
     );
     assert!(text.contains("out2[(i0 * 65536 + i1)]"), "{text}");
     assert!(text.contains("const float* __restrict__ in0"), "{text}");
-    assert_eq!(info.points(10, 12), 2 << 16);
-    assert_eq!(info.grid(10, 12), (512, 256));
+    // Rows of 2^16 (a multiple of 4): each thread takes 4 points.
+    assert_eq!(info.vector, 4, "{text}");
+    assert_eq!(info.points(10, 12), (2 << 16) / 4);
+    assert_eq!(info.grid(10, 12), (128, 256));
     assert_eq!(info.grid(0, 1 << 16).0, kiln_cuda::codegen::MAX_GRID);
     // A loop extent under 2^31 whose index intermediate overflows 32 bits is 64-bit too.
     let mut wide = add_kernel("wide", 4, 4, false);
@@ -804,6 +837,7 @@ fn gpu_results_match_the_interpreter() {
     graphs.push(("casts".into(), casts_graph()));
     graphs.push(("softmax".into(), softmax_graph()));
     graphs.push(("warp rows".into(), warp_rows_graph()));
+    graphs.push(("vector".into(), vector_graph()));
     graphs.push(("reductions".into(), reductions_graph()));
     graphs.push(("padding".into(), padding_graph()));
     let mut ran = 0;

@@ -2,6 +2,7 @@
 //! the signature, the grid-stride loop over outer points and each stage, per thread or split
 //! over a block.
 
+use super::vector::{LANES, VECTOR, Vectorised, vector_type, vectorise};
 use super::{CudaKernelInfo, Launch};
 use kiln_cpu::codegen::common::{
     Accumulator, ExprEnv, Writer, arg_name, check_identifier, defined_before, emit_exprs,
@@ -25,6 +26,7 @@ pub fn render_kernel(k: &Kernel) -> Result<(String, CudaKernelInfo)> {
     let narrow = fits_i32(k);
     let r = Renderer::new(k, launch, narrow)?;
     let text = r.render()?;
+    let vector = if r.vector.is_some() { VECTOR } else { 1 };
     let row_points = k.outer.split_first().map(|(_, rest)| {
         rest.iter()
             .fold(1u64, |acc, l| acc.saturating_mul(l.extent as u64))
@@ -35,6 +37,7 @@ pub fn render_kernel(k: &Kernel) -> Result<(String, CudaKernelInfo)> {
             name: k.name.clone(),
             launch,
             row_points,
+            vector,
         },
     ))
 }
@@ -169,6 +172,8 @@ struct Renderer<'k> {
     /// 32-bit index math (`int` loop variables, [`expr::index32`]).
     narrow: bool,
     locals: Vec<Option<DType>>,
+    /// Threads take [`VECTOR`] points each, with vector loads and stores.
+    vector: Option<Vectorised>,
 }
 
 impl<'k> Renderer<'k> {
@@ -178,6 +183,7 @@ impl<'k> Renderer<'k> {
             launch,
             narrow,
             locals: local_dtypes(k)?,
+            vector: vectorise(k, launch),
         })
     }
 
@@ -230,12 +236,13 @@ impl<'k> Renderer<'k> {
         let (_, uty) = self.types();
         let mut w = Writer::default();
         w.line(&format!(
-            "/* kernel {}: outer loops [{}], {} stage(s), {:?}, {}-bit indices */",
+            "/* kernel {}: outer loops [{}], {} stage(s), {:?}, {}-bit indices{} */",
             k.name,
             loop_list(&k.outer),
             k.stages.len(),
             self.launch,
-            if self.narrow { 32 } else { 64 }
+            if self.narrow { 32 } else { 64 },
+            if self.vector.is_some() { format!(", {VECTOR} points per thread") } else { String::new() }
         ));
         for (i, a) in k.args.iter().enumerate() {
             w.line(&format!(
@@ -266,6 +273,11 @@ impl<'k> Renderer<'k> {
                 w.line(&format!("const {uty} kc_n = ({uty})(end - begin) * {r}u;"));
             }
         }
+        if let Some(v) = &self.vector {
+            self.vector_loop(&mut w, v)?;
+            w.close();
+            return Ok(w.out);
+        }
         let (start, stride) = match self.launch {
             Launch::PerBlock { .. } => ("blockIdx.x", "gridDim.x"),
             Launch::PerWarp { .. } => (
@@ -293,6 +305,65 @@ impl<'k> Renderer<'k> {
         w.close();
         w.close();
         Ok(w.out)
+    }
+
+    /// The grid-stride loop of a vectorised kernel: each thread takes [`VECTOR`] consecutive
+    /// points, loads the vector operands once, computes each lane's point as the scalar kernel
+    /// does (the loop variable `i{var}` shadowed per lane) and stores one vector; a group cut
+    /// by the end of the range, or misaligned by its beginning, runs point by point.
+    fn vector_loop(&self, w: &mut Writer, v: &Vectorised) -> Result<()> {
+        let k = self.k;
+        let (ity, uty) = self.types();
+        let (Some((first, rest)), [Stage::Store { arg, index, value, .. }]) = (k.outer.split_first(), k.stages.as_slice()) else {
+            return Err(kiln_ir::Error::Unsupported(format!("CUDA codegen, kernel {}: vectorised without outer loops or one store", k.name)));
+        };
+        let n = VECTOR;
+        let vector_of = |dtype: DType| vector_type(dtype).ok_or_else(|| kiln_ir::Error::Unsupported(format!("CUDA codegen, kernel {}: no vector type for {dtype}", k.name)));
+        w.open(&format!("for ({uty} kc_g = blockIdx.x * blockDim.x + threadIdx.x; kc_g < (kc_n + {}u) / {n}u; kc_g += gridDim.x * blockDim.x)", n - 1));
+        w.line(&format!("const {uty} kc_p0 = kc_g * {n}u;"));
+        let aligned = if v.check_begin { format!("begin % {n} == 0 && ") } else { String::new() };
+        w.open(&format!("if ({aligned}kc_p0 + {n}u <= kc_n)"));
+        self.unflatten(w, "kc_p0", rest, Some(first.var));
+        if v.lanes_read_var {
+            w.line(&format!("const {ity} kc_b = i{};", v.var));
+        }
+        for (j, (a, idx)) in v.loads.iter().enumerate() {
+            let ty = vector_of(k.args.get(*a as usize).map_or(DType::F64, |x| x.dtype))?;
+            let (name, _) = arg_name(k, *a);
+            w.line(&format!("const {ty} kc_v{j} = *(const {ty}*)&{name}[{}];", self.index(idx)));
+        }
+        let out = store_target(k, 0, *arg, *value)?;
+        let out_ty = vector_of(out.dtype)?;
+        w.line(&format!("{out_ty} kc_o;"));
+        let defined = defined_before(k, 0, &self.locals);
+        for (lane, field) in LANES.iter().enumerate() {
+            w.open("");
+            if v.lanes_read_var {
+                w.line(&format!("const {ity} i{} = kc_b + {lane};", v.var));
+            }
+            let access = |a: u32, idx: &Idx, safe: bool| -> Result<String> {
+                Ok(match v.loads.iter().position(|(x, i)| *x == a && i == idx) {
+                    Some(j) => format!("kc_v{j}.{field}"),
+                    None => load_access(k, a, &self.index(idx), safe),
+                })
+            };
+            let index_of = |i: &Idx| self.index(i);
+            let env = ExprEnv { access: &access, index: &index_of, in_range_holds: false };
+            emit_exprs(w, k, *value, &self.locals, &defined, &env)?;
+            w.line(&format!("kc_o.{field} = {};", expr::store(out.dtype, &format!("v{value}"))));
+            w.close();
+        }
+        let (name, _) = arg_name(k, *arg);
+        w.line(&format!("*({out_ty}*)&{name}[{}] = kc_o;", self.index(index)));
+        w.close();
+        w.open("else");
+        w.open(&format!("for ({uty} kc_p = kc_p0; kc_p < kc_n && kc_p < kc_p0 + {n}u; kc_p++)"));
+        self.unflatten(w, "kc_p", rest, Some(first.var));
+        self.stage(w, 0, false)?;
+        w.close();
+        w.close();
+        w.close();
+        Ok(())
     }
 
     /// Declares the variables of `loops` from the flat counter `flat` (innermost fastest);

@@ -19,6 +19,7 @@
 //! one [`CudaKernelInfo::grid`] gives is the fast one).
 
 mod kernel;
+mod vector;
 
 pub use kernel::render_kernel;
 
@@ -89,14 +90,17 @@ pub struct CudaKernelInfo {
     /// Outer points per index of the first outer loop (the product of the other outer
     /// extents); `None` for a kernel without outer loops (one point, the range ignored).
     pub row_points: Option<u64>,
+    /// Consecutive outer points each thread takes (4 for a vectorised pointwise kernel, else 1).
+    pub vector: u32,
 }
 
 impl CudaKernelInfo {
-    /// Outer points of a launch over `begin..end` of the first outer loop.
+    /// What a launch over `begin..end` of the first outer loop spreads over its threads (or
+    /// blocks, or warps): its outer points, in groups of [`CudaKernelInfo::vector`].
     pub fn points(&self, begin: usize, end: usize) -> u64 {
         match self.row_points {
             None => 1,
-            Some(r) => (end.saturating_sub(begin) as u64).saturating_mul(r),
+            Some(r) => (end.saturating_sub(begin) as u64).saturating_mul(r).div_ceil(u64::from(self.vector.max(1))),
         }
     }
 

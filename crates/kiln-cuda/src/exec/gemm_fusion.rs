@@ -10,9 +10,8 @@
 use super::fusion::{DenseEpilogue, is_float};
 use super::matmul::{Batching, MatmulPlan};
 use kiln_ir::{BinaryOp, UnaryOp};
-use kiln_sched::kernel::{Expr, Idx, Literal, Loop, VarId};
+use kiln_sched::kernel::{Expr, Idx, Literal, Loop};
 use kiln_sched::{BufId, BufView, ExternOp, Program};
-use std::collections::HashMap;
 
 /// The bias of a fused GEMM.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -82,20 +81,6 @@ pub(crate) fn fusable(p: &Program, e: &DenseEpilogue) -> Option<(GemmFusion, Opt
     Some((GemmFusion { bias, relu }, extra))
 }
 
-/// `index` as `sum(coef * var) + constant`, when it is affine (no `/` or `%`).
-fn affine(index: &Idx, scale: i64, coefs: &mut HashMap<VarId, i64>) -> Option<i64> {
-    match index {
-        Idx::Var(v) => {
-            *coefs.entry(*v).or_insert(0) += scale;
-            Some(0)
-        }
-        Idx::Const(c) => c.checked_mul(scale),
-        Idx::Add(terms) => terms.iter().try_fold(0i64, |acc, t| acc.checked_add(affine(t, scale, coefs)?)),
-        Idx::Mul(x, c) => affine(x, scale.checked_mul(*c)?, coefs),
-        Idx::Div(..) | Idx::Mod(..) => None,
-    }
-}
-
 /// Whether `bias` is `store % n` at every point of `loops`, where `store` (a dense store's
 /// index: non-negative) is the flat element index: either literally `store % n`, or an affine
 /// index that keeps the terms of `store` whose sum stays below `n` and drops terms that are
@@ -107,10 +92,9 @@ fn column_of(store: &Idx, bias: &Idx, loops: &[Loop], n: usize) -> bool {
     {
         return true;
     }
-    let (mut s, mut b) = (HashMap::new(), HashMap::new());
-    if affine(store, 1, &mut s) != Some(0) || affine(bias, 1, &mut b) != Some(0) {
+    let (Some((s, 0)), Some((b, 0))) = (store.affine(), bias.affine()) else {
         return false;
-    }
+    };
     let n = n as i64;
     let mut kept_max = 0i64;
     for l in loops.iter().filter(|l| l.extent > 1) {

@@ -99,6 +99,27 @@ impl Idx {
         }
     }
 
+    /// The expression as `sum(coef * var) + constant` when it has no `/` or `%`: each
+    /// variable's coefficient (zero ones included when terms cancel) and the constant.
+    pub fn affine(&self) -> Option<(std::collections::HashMap<VarId, i64>, i64)> {
+        fn walk(i: &Idx, scale: i64, coefs: &mut std::collections::HashMap<VarId, i64>) -> Option<i64> {
+            match i {
+                Idx::Var(v) => {
+                    let c = coefs.entry(*v).or_insert(0);
+                    *c = c.checked_add(scale)?;
+                    Some(0)
+                }
+                Idx::Const(c) => c.checked_mul(scale),
+                Idx::Add(terms) => terms.iter().try_fold(0i64, |acc, t| acc.checked_add(walk(t, scale, coefs)?)),
+                Idx::Mul(x, c) => walk(x, scale.checked_mul(*c)?, coefs),
+                Idx::Div(..) | Idx::Mod(..) => None,
+            }
+        }
+        let mut coefs = std::collections::HashMap::new();
+        let konst = walk(self, 1, &mut coefs)?;
+        Some((coefs, konst))
+    }
+
     /// True when the expression mentions variable `v`.
     pub fn uses(&self, v: VarId) -> bool {
         match self {
@@ -113,6 +134,17 @@ impl Idx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn affine_forms_give_coefficients_and_constant() {
+        let (a, b) = (Idx::var(0), Idx::var(1));
+        let e = a.clone().mul(12).add(b.clone().mul(3)).add(Idx::Const(5)).add(a.clone().mul(2));
+        let (c, k) = e.affine().unwrap();
+        assert_eq!((c[&0], c[&1], k), (14, 3, 5));
+        assert!(a.clone().rem(4).add(b.clone()).affine().is_none());
+        assert!(b.div(2).affine().is_none());
+        assert_eq!(Idx::Const(7).affine().unwrap().1, 7);
+    }
 
     #[test]
     fn constructors_simplify_and_eval_matches() {
