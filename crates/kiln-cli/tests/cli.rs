@@ -273,10 +273,11 @@ fn explain_cuda_shows_kernels_launches_and_library_calls_without_a_gpu() {
     assert!(out.contains("__global__"), "no CUDA C in:\n{out}");
     let steps = cuda_steps(&out);
     // Convs go to cuDNN, which also adds the bias (the folded BatchNorm), the residual and the
-    // ReLU; the classifier's matmul goes to cuBLAS; the global average pool is a block reduction.
+    // ReLU; the classifier's matmul goes to cuBLASLt, which adds its bias; the global average
+    // pool is a block reduction.
     assert!(steps.iter().any(|l| l.contains("cuDNN conv+bias+relu (fused)") && l.contains("conv2d, relu")), "{out}");
     assert!(steps.iter().any(|l| l.contains("cuDNN conv+bias+add+relu (fused)") && l.contains("conv2d, add, relu")), "{out}");
-    assert!(steps.iter().any(|l| l.contains("cuBLAS sgemm") && l.contains("matmul")), "{out}");
+    assert!(steps.iter().any(|l| l.contains("cuBLASLt matmul+bias (fused)") && l.contains("matmul, add")), "{out}");
     assert!(steps.iter().any(|l| l.contains("(PerThread block 256)")), "{out}");
     assert!(steps.iter().any(|l| l.contains("PerBlock block ") && l.contains("reduce_")), "{out}");
     let fused = cuda_kernels(&out);

@@ -58,6 +58,9 @@ pub(crate) struct LtProblem {
     pub b: LtOperand,
     pub d: LtOperand,
     pub batches: usize,
+    /// The batch entries' addresses come from device arrays of pointers (A, B and D each);
+    /// the operands' `stride` is then unused.
+    pub pointer_array: bool,
     pub epilogue: LtEpilogue,
 }
 
@@ -74,15 +77,20 @@ pub(crate) struct LtGemm {
 unsafe impl Send for LtGemm {}
 unsafe impl Sync for LtGemm {}
 
-fn layout(ty: sys::cudaDataType, o: &LtOperand, batches: usize) -> Result<sys::cublasLtMatrixLayout_t> {
+fn layout(ty: sys::cudaDataType, o: &LtOperand, batches: usize, pointer_array: bool) -> Result<sys::cublasLtMatrixLayout_t> {
     let l = cudarc::cublaslt::result::create_matrix_layout(ty, o.rows as u64, o.cols as u64, o.ld as i64).map_err(|e| lt("matrix layout", e))?;
     if batches > 1 {
         let count = batches as i32;
-        // SAFETY: a fresh layout; the values are the attributes' types (i32, i64).
+        let mode = sys::cublasLtBatchMode_t::CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+        // SAFETY: a fresh layout; the values are the attributes' types (i32, i64, a u32 enum).
         let set = unsafe {
             use sys::cublasLtMatrixLayoutAttribute_t as A;
-            cudarc::cublaslt::result::set_matrix_layout_attribute(l, A::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, (&count as *const i32).cast(), 4)
-                .and_then(|_| cudarc::cublaslt::result::set_matrix_layout_attribute(l, A::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, (&o.stride as *const i64).cast(), 8))
+            let counted = cudarc::cublaslt::result::set_matrix_layout_attribute(l, A::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, (&count as *const i32).cast(), 4);
+            if pointer_array {
+                counted.and_then(|_| cudarc::cublaslt::result::set_matrix_layout_attribute(l, A::CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, (&mode as *const sys::cublasLtBatchMode_t).cast(), 4))
+            } else {
+                counted.and_then(|_| cudarc::cublaslt::result::set_matrix_layout_attribute(l, A::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, (&o.stride as *const i64).cast(), 8))
+            }
         };
         if let Err(e) = set {
             // SAFETY: created above, not handed out.
@@ -116,7 +124,7 @@ impl LtGemm {
                 .map_err(|e| lt("epilogue attribute", e))?;
         }
         for (slot, o) in g.layouts.iter_mut().zip([&p.a, &p.b, &p.d]) {
-            *slot = layout(p.ty, o, p.batches)?;
+            *slot = layout(p.ty, o, p.batches, p.pointer_array)?;
         }
         Ok(g)
     }
@@ -263,7 +271,7 @@ impl LtGemm {
     }
 
     /// `d = a b` with the chosen algorithm on kiln's stream (`a`, `b`, `d` the first batch
-    /// entries' addresses).
+    /// entries' addresses, or for a pointer-array problem the addresses of the pointer arrays).
     ///
     /// # Safety
     /// The addresses must hold the problem's operands; `workspace` at least

@@ -169,9 +169,13 @@ impl MatmulPlan {
     }
 
     /// The problem as cuBLASLt describes it (the column-major `Cᵀ = Bᵀ Aᵀ` of [`MatmulPlan::run`]),
-    /// when it is one strided batch.
+    /// when it is one strided batch or one batch over pointer arrays.
     fn lt_problem(&self) -> Option<LtProblem> {
-        let Batching::Strided { sa, sb } = self.batching else { return None };
+        let (sa, sb, pointer_array) = match self.batching {
+            Batching::Strided { sa, sb } => (sa, sb, false),
+            Batching::Pointers => (0, 0, true),
+            Batching::Loop => return None,
+        };
         let ty = match self.half {
             None => lt_sys::cudaDataType::CUDA_R_32F,
             Some(sys::cudaDataType::CUDA_R_16F) => lt_sys::cudaDataType::CUDA_R_16F,
@@ -191,12 +195,13 @@ impl MatmulPlan {
             b: stored(self.a, self.m, self.k, sa),
             d: LtOperand { rows: self.n, cols: self.m, ld: self.n, stride: (self.m * self.n) as i64 },
             batches: self.a_offs.len(),
+            pointer_array,
             epilogue: self.epilogue,
         })
     }
 
     /// This step in cuBLASLt's terms, made on first use; `None` when cuBLASLt cannot take it
-    /// (batches through pointer arrays, a layout it refuses).
+    /// (a batch issued call by call, a layout it refuses).
     fn lt(&mut self) -> Option<&mut LtGemm> {
         if self.lt.is_none() {
             let p = self.lt_problem()?;
@@ -301,8 +306,17 @@ impl MatmulPlan {
             return Ok(());
         }
         if let Some(lt) = self.lt.as_ref().filter(|_| self.use_lt) {
-            // SAFETY: per this function's contract; the problem is this plan's.
-            return unsafe { lt.run(gpu, self.at(b, self.b_offs[0]), self.at(a, self.a_offs[0]), c, workspace) };
+            let (lb, la, ld) = match self.batching {
+                Batching::Pointers => {
+                    let p = self.pointers.as_ref().map(DeviceBuffer::ptr).ok_or_else(|| Error::Device("batched matmul run before its pointers were bound".into()))?;
+                    let arr = |i: usize| p + (8 * i * batches) as u64;
+                    (arr(1), arr(0), arr(2))
+                }
+                _ => (self.at(b, self.b_offs[0]), self.at(a, self.a_offs[0]), c),
+            };
+            // SAFETY: per this function's contract; the problem is this plan's (its pointer
+            // arrays hold `batches` addresses into this plan's buffers).
+            return unsafe { lt.run(gpu, lb, la, ld, workspace) };
         }
         let h = gpu.cublas()?.0;
         let op = |o: Operand| if o.col_major { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
