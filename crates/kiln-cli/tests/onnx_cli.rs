@@ -692,11 +692,12 @@ fn bench_and_explain_of_an_onnx_model_compile_it() {
     for want in ["== passes ==", "== fusion groups ==", "kernels per run:", "planned peak memory:", "compile time:", "== generated C ==", "max relative difference"] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
-    // For CUDA (no GPU needed): the matmuls go to cuBLAS, the rest to generated kernels.
+    // For CUDA (no GPU needed): the matmul goes to cuBLASLt, which also adds the bias and
+    // applies the ReLU.
     let o = kiln(&["explain", s(&m), "--device", "cuda", "--code"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    for want in ["== CUDA steps ==", "cuBLAS sgemm", "== generated CUDA C =="] {
+    for want in ["== CUDA steps ==", "cuBLASLt matmul+bias+relu (fused)", "== generated CUDA C =="] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
