@@ -1,6 +1,6 @@
 //! One [`Kernel`] as a CUDA `__global__` function: the strategy ([`Launch`]), the index width,
-//! the signature, the grid-stride loop over outer points and each stage, per thread or split
-//! over a block.
+//! the signature, the grid-stride loop over outer points and each stage, per thread (four
+//! points a thread when vectorised, see `vector.rs`) or split over a block or a warp.
 
 use super::vector::{LANES, VECTOR, Vectorised, vector_type, vectorise};
 use super::{CudaKernelInfo, Launch};
@@ -255,7 +255,8 @@ impl<'k> Renderer<'k> {
             ));
         }
         w.open(&self.signature());
-        let per_block = !matches!(self.launch, Launch::PerThread { .. });
+        // A point's loops shared by the threads of a block or the lanes of a warp.
+        let shared = !matches!(self.launch, Launch::PerThread { .. });
         if matches!(self.launch, Launch::PerBlock { .. }) {
             w.line("__shared__ double kc_smem[32]; /* one partial per warp */");
         }
@@ -298,8 +299,8 @@ impl<'k> Renderer<'k> {
             self.unflatten(&mut w, "kc_p", rest, Some(first.var));
         }
         for s in 0..k.stages.len() {
-            self.stage(&mut w, s, per_block)?;
-            if per_block && s + 1 < k.stages.len() && matches!(k.stages[s], Stage::Store { .. }) {
+            self.stage(&mut w, s, shared)?;
+            if shared && s + 1 < k.stages.len() && matches!(k.stages[s], Stage::Store { .. }) {
                 // A later stage may read what this one stored, from other threads.
                 w.line(self.barrier());
             }
@@ -408,9 +409,9 @@ impl<'k> Renderer<'k> {
 
     /// Opens the loops of a stage: sequential loops in a thread, or the flattened nest split
     /// over the block's threads (the warp's lanes).
-    fn open_loops(&self, w: &mut Writer, loops: &[Loop], per_block: bool) {
+    fn open_loops(&self, w: &mut Writer, loops: &[Loop], shared: bool) {
         let (ity, uty) = self.types();
-        if per_block {
+        if shared {
             let (first, step) = match self.launch {
                 Launch::PerWarp { .. } => ("(threadIdx.x & 31u)", "32u"),
                 _ => ("threadIdx.x", "blockDim.x"),
@@ -431,8 +432,8 @@ impl<'k> Renderer<'k> {
         }
     }
 
-    fn close_loops(&self, w: &mut Writer, loops: &[Loop], per_block: bool) {
-        let n = if per_block { 1 } else { loops.len() };
+    fn close_loops(&self, w: &mut Writer, loops: &[Loop], shared: bool) {
+        let n = if shared { 1 } else { loops.len() };
         for _ in 0..n {
             w.close();
         }
@@ -452,7 +453,7 @@ impl<'k> Renderer<'k> {
         emit_exprs(w, k, root, &self.locals, &defined, &env)
     }
 
-    fn stage(&self, w: &mut Writer, s: usize, per_block: bool) -> Result<()> {
+    fn stage(&self, w: &mut Writer, s: usize, shared: bool) -> Result<()> {
         let k = self.k;
         let stage = &k.stages[s];
         let loops = stage_loops(stage);
@@ -472,11 +473,11 @@ impl<'k> Renderer<'k> {
                     names
                 ));
                 w.open("");
-                self.open_loops(w, loops, per_block);
+                self.open_loops(w, loops, shared);
                 self.exprs(w, s, *value)?;
                 let stored = expr::store(a.dtype, &format!("v{value}"));
                 w.line(&format!("out{arg}[{}] = {stored};", self.index(index)));
-                self.close_loops(w, loops, per_block);
+                self.close_loops(w, loops, shared);
                 w.close();
             }
             Stage::Reduce {
@@ -495,11 +496,11 @@ impl<'k> Renderer<'k> {
                 ));
                 w.line(&format!("{} {var} = {};", acc.ty, acc.init));
                 w.open("");
-                self.open_loops(w, loops, per_block);
+                self.open_loops(w, loops, shared);
                 self.exprs(w, s, *value)?;
                 let v = expr::convert(&format!("v{value}"), vt, *dtype);
                 w.line(&format!("{var} = {};", acc.combine(&var, &v)));
-                self.close_loops(w, loops, per_block);
+                self.close_loops(w, loops, shared);
                 w.close();
                 match self.launch {
                     Launch::PerBlock { .. } => block_combine(w, &acc, &var),
