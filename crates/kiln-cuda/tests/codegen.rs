@@ -389,6 +389,9 @@ fn rows_over_many_points_run_a_warp_each() {
             assert!(matches!(l, Launch::PerWarp { block } if block % 32 == 0), "{l:?}");
         }
         assert!(src.source.contains("__syncwarp();") || !src.source.contains("__syncthreads();"));
+        // Softmax and layer norm read their row in every stage: each lane keeps its points of
+        // it in registers (f32 and f16 storage), loaded once.
+        assert!(src.source.contains("float kc_c0[4];") && src.source.contains("uint16_t kc_c0[12];"), "{}", src.source);
     }
 }
 

@@ -2,6 +2,7 @@
 //! the signature, the grid-stride loop over outer points and each stage, per thread (four
 //! points a thread when vectorised, see `vector.rs`) or split over a block or a warp.
 
+use super::row_cache::{self, RowCache, canon, stage_vars};
 use super::vector::{LANES, VECTOR, Vectorised, vector_type, vectorise};
 use super::{CudaKernelInfo, Launch};
 use kiln_cpu::codegen::common::{
@@ -176,6 +177,8 @@ struct Renderer<'k> {
     locals: Vec<Option<DType>>,
     /// Threads take [`VECTOR`] points each, with vector loads and stores.
     vector: Option<Vectorised>,
+    /// Operands a warp's lanes keep in registers across the stages of a row.
+    row_cache: Option<RowCache>,
 }
 
 impl<'k> Renderer<'k> {
@@ -186,6 +189,7 @@ impl<'k> Renderer<'k> {
             narrow,
             locals: local_dtypes(k)?,
             vector: vectorise(k, launch),
+            row_cache: row_cache::plan(k, launch)?,
         })
     }
 
@@ -297,6 +301,12 @@ impl<'k> Renderer<'k> {
         ));
         if let Some((first, rest)) = k.outer.split_first() {
             self.unflatten(&mut w, "kc_p", rest, Some(first.var));
+        }
+        if let Some(c) = &self.row_cache {
+            for (j, l) in c.loads.iter().enumerate() {
+                let ty = k.args.get(l.arg as usize).map_or("float", |a| storage_ctype(a.dtype));
+                w.line(&format!("{ty} kc_c{j}[{}]; /* this lane's points of a row operand */", c.iters));
+            }
         }
         for s in 0..k.stages.len() {
             self.stage(&mut w, s, shared)?;
@@ -411,7 +421,14 @@ impl<'k> Renderer<'k> {
     /// over the block's threads (the warp's lanes).
     fn open_loops(&self, w: &mut Writer, loops: &[Loop], shared: bool) {
         let (ity, uty) = self.types();
-        if shared {
+        if let (true, Some(c)) = (shared, &self.row_cache) {
+            // Unrolled, so the register arrays are indexed by constants.
+            w.line("#pragma unroll");
+            w.open(&format!("for (int kc_i = 0; kc_i < {}; kc_i++)", c.iters));
+            w.line(&format!("const {uty} kc_r = (threadIdx.x & 31u) + 32u * ({uty})kc_i;"));
+            w.open(&format!("if (kc_r < {}u)", c.points));
+            self.unflatten(w, "kc_r", loops, None);
+        } else if shared {
             let (first, step) = match self.launch {
                 Launch::PerWarp { .. } => ("(threadIdx.x & 31u)", "32u"),
                 _ => ("threadIdx.x", "blockDim.x"),
@@ -433,7 +450,11 @@ impl<'k> Renderer<'k> {
     }
 
     fn close_loops(&self, w: &mut Writer, loops: &[Loop], shared: bool) {
-        let n = if shared { 1 } else { loops.len() };
+        let n = match (shared, &self.row_cache) {
+            (true, Some(_)) => 2,
+            (true, None) => 1,
+            (false, _) => loops.len(),
+        };
         for _ in 0..n {
             w.close();
         }
@@ -442,8 +463,25 @@ impl<'k> Renderer<'k> {
     fn exprs(&self, w: &mut Writer, s: usize, root: ExprId) -> Result<()> {
         let k = self.k;
         let defined = defined_before(k, s, &self.locals);
-        let access =
-            |arg: u32, index: &Idx, safe: bool| Ok(load_access(k, arg, &self.index(index), safe));
+        let vars = stage_vars(k, s);
+        let cached = |arg: u32, index: &Idx| -> Option<usize> {
+            let c = self.row_cache.as_ref()?;
+            let key = canon(index, &vars);
+            c.loads.iter().position(|l| l.arg == arg && l.key == key)
+        };
+        // The first stage to read a cached operand loads this lane's point of it.
+        if let Some(c) = &self.row_cache {
+            for (j, l) in c.loads.iter().enumerate().filter(|(_, l)| l.first_stage == s) {
+                let at = self.index(&row_cache::at(&l.key, &vars));
+                w.line(&format!("kc_c{j}[kc_i] = {};", load_access(k, l.arg, &at, true)));
+            }
+        }
+        let access = |arg: u32, index: &Idx, safe: bool| {
+            Ok(match cached(arg, index) {
+                Some(j) => format!("kc_c{j}[kc_i]"),
+                None => load_access(k, arg, &self.index(index), safe),
+            })
+        };
         let index = |i: &Idx| self.index(i);
         let env = ExprEnv {
             access: &access,

@@ -19,6 +19,7 @@
 //! one [`CudaKernelInfo::grid`] gives is the fast one).
 
 mod kernel;
+mod row_cache;
 mod vector;
 
 pub use kernel::render_kernel;
