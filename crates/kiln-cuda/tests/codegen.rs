@@ -361,8 +361,8 @@ fn pointwise_rows_of_multiples_of_4_take_4_points_a_thread() {
 }
 
 /// Rows of moderate length over many points, which a warp each takes: softmax over 100
-/// (not a multiple of 32) in f32, layer norm over 384 in f16, an i32 row sum over 40; the row
-/// counts leave the last block partly empty.
+/// (not a multiple of 32) in f32, layer norm over 384 in f16 and over 768 in f32, an i32 row
+/// sum over 40; the row counts leave the last block partly empty.
 fn warp_rows_graph() -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", DType::F32, &[3001, 100]);
@@ -376,6 +376,12 @@ fn warp_rows_graph() -> Graph {
     let i = input(&mut g, "i", DType::I32, &[1500, 40]);
     let r = reduce(&mut g, ReduceOp::Sum, &[1], false, i);
     g.output(r);
+    // BERT's layer norm: rows of 768 (24 points a lane) in f32.
+    let x = input(&mut g, "x768", DType::F32, &[1030, 768]);
+    let w = input(&mut g, "w768", DType::F32, &[768]);
+    let b = input(&mut g, "b768", DType::F32, &[768]);
+    let n = g.add(Op::LayerNorm { axis: 1, eps: 1e-5 }, &[x, w, b]).unwrap();
+    g.output(n);
     g
 }
 
@@ -391,7 +397,7 @@ fn rows_over_many_points_run_a_warp_each() {
         assert!(src.source.contains("__syncwarp();") || !src.source.contains("__syncthreads();"));
         // Softmax and layer norm read their row in every stage: each lane keeps its points of
         // it in registers (f32 and f16 storage), loaded once.
-        assert!(src.source.contains("float kc_c0[4];") && src.source.contains("uint16_t kc_c0[12];"), "{}", src.source);
+        assert!(src.source.contains("float kc_c0[4];") && src.source.contains("uint16_t kc_c0[12];") && src.source.contains("float kc_c0[24];"), "{}", src.source);
     }
 }
 

@@ -79,10 +79,11 @@ fn choose_launch(k: &Kernel) -> Launch {
     }
 }
 
-/// Longest stage loop nest a warp takes alone ([`Launch::PerWarp`]): bert-base's softmax rows
-/// of 128 ran in 11 us a layer instead of 15 us, its layer-norm rows of 768 in 10.3 us instead
-/// of 9.5 us (H200), so rows that long keep a block.
-const WARP_ROWS: u128 = 512;
+/// Longest stage loop nest a warp takes alone ([`Launch::PerWarp`]). With the row kept in
+/// registers (`row_cache.rs`), bert-base's layer-norm rows of 768 run faster as a warp than as
+/// a block of 256 (bert-base bs8 f32 5.02 -> 5.00 ms, bf16 1.09 -> 1.03, H200); without it a
+/// warp lost to a block (10.3 against 9.5 us).
+const WARP_ROWS: u128 = 1024;
 
 /// Fewest outer points for [`Launch::PerWarp`]: about 8 warps per SM of a large GPU.
 const WARP_MIN_POINTS: u128 = 1024;
@@ -665,14 +666,19 @@ mod tests {
             choose_launch(&kernel(&[1 << 20], &[512])),
             Launch::PerWarp { block: 256 }
         );
-        // Rows of 768 or 1000: about 4 points a thread.
+        // Rows of 768 over many points: a warp each; over few, or past 1024, a block of about 4
+        // points a thread.
         assert_eq!(
             choose_launch(&kernel(&[1 << 20], &[768])),
+            Launch::PerWarp { block: 256 }
+        );
+        assert_eq!(
+            choose_launch(&kernel(&[512], &[768])),
             Launch::PerBlock { block: 256 }
         );
         assert_eq!(
-            choose_launch(&kernel(&[1 << 20], &[1000])),
-            Launch::PerBlock { block: 256 }
+            choose_launch(&kernel(&[1 << 20], &[2000])),
+            Launch::PerBlock { block: 512 }
         );
         assert_eq!(
             choose_launch(&kernel(&[16], &[64])),

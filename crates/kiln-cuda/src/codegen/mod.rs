@@ -59,7 +59,7 @@ pub enum Launch {
     /// One warp per outer point, `block / 32` points per block of `block` threads: the warp's
     /// lanes split each stage's loops as [`Launch::PerBlock`]'s threads do, and combine their
     /// partials by shuffles alone (no shared memory, no block barrier). Rows of moderate length
-    /// over many outer points (attention's softmax over 128 keys).
+    /// over many outer points (attention's softmax over 128 keys, layer norms over 768).
     PerWarp { block: u32 },
 }
 

@@ -13,8 +13,8 @@ use kiln_sched::kernel::{Expr, Idx, Kernel, Stage, VarId};
 /// Stage loop variables in a canonical index: `CANON + position in the stage's nest`.
 const CANON: VarId = u32::MAX - 64;
 
-/// Longest row a lane caches: 16 registers per cached operand.
-const MAX_ROW: usize = 512;
+/// Longest row a warp caches: 32 registers per lane and cached operand.
+const MAX_ROW: usize = 1024;
 
 /// One operand a lane keeps: the kernel argument and its index with the stage's loop variables
 /// made canonical (the same for every stage that reads the same point).
@@ -139,9 +139,9 @@ mod tests {
         let warp = Launch::PerWarp { block: 256 };
         let c = plan(&two_stages(100, false), warp).unwrap().unwrap();
         assert_eq!((c.iters, c.points, c.loads.len(), c.loads[0].first_stage), (4, 100, 1, 0));
-        // Not cached: another launch, rows over 512, an argument the kernel writes.
+        // Not cached: another launch, rows over 1024, an argument the kernel writes.
         assert_eq!(plan(&two_stages(100, false), Launch::PerBlock { block: 64 }).unwrap(), None);
-        assert_eq!(plan(&two_stages(600, false), warp).unwrap(), None);
+        assert_eq!(plan(&two_stages(1100, false), warp).unwrap(), None);
         assert_eq!(plan(&two_stages(100, true), warp).unwrap(), None);
     }
 }
