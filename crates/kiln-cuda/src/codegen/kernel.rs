@@ -465,10 +465,12 @@ impl<'k> Renderer<'k> {
         let k = self.k;
         let defined = defined_before(k, s, &self.locals);
         let vars = stage_vars(k, s);
+        // Registers filled by this stage or an earlier one (an earlier stage that reads the
+        // operand only under a `Where` branch reads memory).
         let cached = |arg: u32, index: &Idx| -> Option<usize> {
             let c = self.row_cache.as_ref()?;
             let key = canon(index, &vars);
-            c.loads.iter().position(|l| l.arg == arg && l.key == key)
+            c.loads.iter().position(|l| l.arg == arg && l.key == key && l.first_stage <= s)
         };
         // The first stage to read a cached operand loads this lane's point of it.
         if let Some(c) = &self.row_cache {
@@ -631,6 +633,40 @@ mod tests {
             });
         }
         k
+    }
+
+    /// A row operand the first stage reads only under a `Where` branch: that stage reads
+    /// memory, the second stage fills the registers, the third reads them.
+    #[test]
+    fn row_registers_are_read_only_after_a_stage_filled_them() {
+        use kiln_sched::kernel::Arg;
+        let mut k = Kernel::new("k");
+        k.args = vec![
+            Arg { dtype: DType::F32, len: 4096 * 128, written: false },
+            Arg { dtype: DType::F32, len: 4096 * 128, written: true },
+        ];
+        k.outer = vec![Loop { var: 0, extent: 4096 }];
+        let row = |v: u32| Idx::var(0).mul(128).add(Idx::var(v));
+        let cond = k.push(Expr::InRange { index: Idx::var(1), lo: 0, hi: 50 }, DType::Bool);
+        let x1 = k.push(Expr::Load { arg: 0, index: row(1) }, DType::F32);
+        let zero = k.push(Expr::Const(kiln_sched::kernel::Literal::Float(0.0)), DType::F32);
+        let guarded = k.push(Expr::Where { cond, a: x1, b: zero }, DType::F32);
+        let x2 = k.push(Expr::Load { arg: 0, index: row(2) }, DType::F32);
+        let x3 = k.push(Expr::Load { arg: 0, index: row(3) }, DType::F32);
+        let m = k.push(Expr::Local(0), DType::F32);
+        let d = k.push(Expr::Binary { op: kiln_ir::BinaryOp::Sub, a: x3, b: m }, DType::F32);
+        let rows = |v: u32| vec![Loop { var: v, extent: 128 }];
+        k.stages = vec![
+            Stage::Reduce { loops: rows(1), op: kiln_ir::ReduceOp::Max, value: guarded, local: 0, dtype: DType::F32 },
+            Stage::Reduce { loops: rows(2), op: kiln_ir::ReduceOp::Sum, value: x2, local: 1, dtype: DType::F32 },
+            Stage::Store { loops: rows(3), arg: 1, index: row(3), value: d },
+        ];
+        let (text, info) = render_kernel(&k).unwrap();
+        assert_eq!(info.launch, Launch::PerWarp { block: 256 });
+        let stage = |n: usize| text.split(&format!("/* stage {n}:")).nth(1).unwrap_or("").to_string();
+        let (s0, s1, s2) = (stage(0), stage(1), stage(2));
+        assert!(!s0.split("/* stage 1").next().unwrap_or("").contains("kc_c0["), "{text}");
+        assert!(s1.contains("kc_c0[kc_i] = in0[") && s2.contains("= kc_c0[kc_i];"), "{text}");
     }
 
     #[test]
