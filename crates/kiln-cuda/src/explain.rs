@@ -91,7 +91,7 @@ pub struct CudaExplain {
 /// the ops of each step.
 pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaExplain> {
     let mut program = program.clone();
-    let fusions = fuse_library_epilogues(&mut program, &mut |_, _, _| true);
+    let fusions = fuse_library_epilogues(&mut program, &mut |_, _| true);
     let arena_bytes = kiln_sched::plan_memory(&program).arena_bytes;
     let source = render_cuda(&program)?;
     tracing::info!(target: "kiln::output_code", "generated CUDA C ({} kernels):\n{}", source.kernels.len(), source.source);

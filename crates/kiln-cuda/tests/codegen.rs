@@ -284,6 +284,16 @@ fn bool_ops_casts_and_compares_compile() {
 }
 
 /// Softmax and log-softmax over long rows, layer norm in f16, softmax over short rows.
+/// A layer norm over `rows` rows of `n` in `dtype` (its input, weight and bias graph inputs
+/// named after `n`), as an output of `g`.
+fn layer_norm_output(g: &mut Graph, dtype: DType, rows: usize, n: usize) {
+    let x = input(g, &format!("x{n}"), dtype, &[rows, n]);
+    let w = input(g, &format!("w{n}"), dtype, &[n]);
+    let b = input(g, &format!("b{n}"), dtype, &[n]);
+    let y = g.add(Op::LayerNorm { axis: 1, eps: 1e-5 }, &[x, w, b]).unwrap();
+    g.output(y);
+}
+
 fn softmax_graph() -> Graph {
     let mut g = Graph::new();
     let x = input(&mut g, "x", DType::F32, &[64, 1000]);
@@ -291,13 +301,7 @@ fn softmax_graph() -> Graph {
     let l = g.add(Op::LogSoftmax { axis: 1 }, &[x]).unwrap();
     g.output(s);
     g.output(l);
-    let h = input(&mut g, "h", DType::F16, &[16, 768]);
-    let w = input(&mut g, "w", DType::F16, &[768]);
-    let b = input(&mut g, "b", DType::F16, &[768]);
-    let n = g
-        .add(Op::LayerNorm { axis: 1, eps: 1e-5 }, &[h, w, b])
-        .unwrap();
-    g.output(n);
+    layer_norm_output(&mut g, DType::F16, 16, 768);
     // Short rows over many points: a thread per row.
     let t = input(&mut g, "t", DType::F32, &[20000, 5]);
     let ts = g.add(Op::Softmax { axis: 1 }, &[t]).unwrap();
@@ -368,20 +372,12 @@ fn warp_rows_graph() -> Graph {
     let x = input(&mut g, "x", DType::F32, &[3001, 100]);
     let s = g.add(Op::Softmax { axis: 1 }, &[x]).unwrap();
     g.output(s);
-    let h = input(&mut g, "h", DType::F16, &[2003, 384]);
-    let w = input(&mut g, "w", DType::F16, &[384]);
-    let b = input(&mut g, "b", DType::F16, &[384]);
-    let n = g.add(Op::LayerNorm { axis: 1, eps: 1e-5 }, &[h, w, b]).unwrap();
-    g.output(n);
+    layer_norm_output(&mut g, DType::F16, 2003, 384);
     let i = input(&mut g, "i", DType::I32, &[1500, 40]);
     let r = reduce(&mut g, ReduceOp::Sum, &[1], false, i);
     g.output(r);
     // BERT's layer norm: rows of 768 (24 points a lane) in f32.
-    let x = input(&mut g, "x768", DType::F32, &[1030, 768]);
-    let w = input(&mut g, "w768", DType::F32, &[768]);
-    let b = input(&mut g, "b768", DType::F32, &[768]);
-    let n = g.add(Op::LayerNorm { axis: 1, eps: 1e-5 }, &[x, w, b]).unwrap();
-    g.output(n);
+    layer_norm_output(&mut g, DType::F32, 1030, 768);
     g
 }
 

@@ -91,7 +91,7 @@ pub enum ExternOp {
     MatMul,
     /// `kiln_ir::Op::Conv2d` on inputs `[x, w]` or `[x, w, bias]`; output `[N, O, H, W]` dense.
     /// A backend that folds the epilogue `relu(out + z)` into its library call (kiln-cuda's
-    /// `fuse_conv_epilogues`) lists `z` as a fourth input, dense in the output's shape: the
+    /// `fuse_library_epilogues`) lists `z` as a fourth input, dense in the output's shape: the
     /// step then computes `relu(conv + bias + z)` and has no epilogue; only that backend runs
     /// such steps.
     /// Epilogue rows: the `N * O` rows of `H * W` (channels last: output `[N, H, W, O]`, the

@@ -245,10 +245,15 @@ fn half_models_on_the_gpu_run_matmuls_and_convs_in_cublas_and_cudnn() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Standard-normal values of `shape` in `dt` from `seed`.
+fn random(shape: &[usize], dt: DType, seed: u64) -> HostTensor {
+    zoo::random_normal(shape, dt, seed).unwrap().to_host().unwrap()
+}
+
 /// A ResNet block with per-channel BatchNorms of random parameters: `relu(bn(conv(relu(bn(conv(x))))) + bn(conv1x1(x)))`.
 fn conv_bn_block() -> (kiln_ir::Graph, Vec<HostTensor>) {
     use kiln_ir::{BinaryOp, Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};
-    let rand = |shape: &[usize], seed: u64| zoo::random_normal(shape, DType::F32, seed).unwrap().to_host().unwrap();
+    let rand = |shape: &[usize], seed: u64| random(shape, DType::F32, seed);
     let mut g = Graph::new();
     let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[2, 8, 10, 10])));
     let mut seed = 10;
@@ -308,20 +313,19 @@ fn linear_bias_and_relu_run_inside_cublaslt_and_match_the_interpreter() {
     }
     use kiln_ir::{BinaryOp, Graph, Op, Shape, TensorType, UnaryOp};
     let dir = cache_dir("gemm-fusion");
-    let rand = |shape: &[usize], dt: DType, seed: u64| zoo::random_normal(shape, dt, seed).unwrap().to_host().unwrap();
     for (dt, tol) in [(DType::F32, 1e-5), (DType::BF16, 3e-2)] {
         for (column, relu) in [(true, false), (true, true), (false, true)] {
             let mut g = Graph::new();
             let x = g.input("x", TensorType::new(dt, Shape::fixed(&[2, 3, 16])));
-            let w = g.constant(rand(&[16, 8], dt, 5));
-            let b = g.constant(if column { rand(&[8], dt, 6) } else { kiln_cpu::eval(&Op::Cast(dt), &[&HostTensor::from_vec(vec![0.25f32], &[]).unwrap()]).unwrap() });
+            let w = g.constant(random(&[16, 8], dt, 5));
+            let b = g.constant(if column { random(&[8], dt, 6) } else { kiln_cpu::eval(&Op::Cast(dt), &[&HostTensor::from_vec(vec![0.25f32], &[]).unwrap()]).unwrap() });
             let m = g.add(Op::MatMul, &[x, w]).unwrap();
             let mut y = g.add(Op::Binary(BinaryOp::Add), &[m, b]).unwrap();
             if relu {
                 y = g.add(Op::Unary(UnaryOp::Relu), &[y]).unwrap();
             }
             g.output(y);
-            let mut xv = rand(&[2, 3, 16], DType::F32, 7).to_f64_vec();
+            let mut xv = random(&[2, 3, 16], DType::F32, 7).to_f64_vec();
             (xv[0], xv[20], xv[40]) = (f64::NAN, f64::INFINITY, f64::NEG_INFINITY);
             let xs = vec![kiln_cpu::eval(&Op::Cast(dt), &[&HostTensor::from_vec(xv, &[2, 3, 16]).unwrap()]).unwrap()];
             let want = kiln_cpu::run(&g, &xs).unwrap();
@@ -345,7 +349,7 @@ fn grouped_and_depthwise_convs_run_channels_last_on_the_gpu_as_the_interpreter()
     }
     let dir = cache_dir("grouped");
     for dtype in [DType::F32, DType::BF16] {
-        let rand = |shape: &[usize], seed: u64| zoo::random_normal(shape, dtype, seed).unwrap().to_host().unwrap();
+        let rand = |shape: &[usize], seed: u64| random(shape, dtype, seed);
         let mut g = Graph::new();
         let x = g.input("x", TensorType::new(dtype, Shape::fixed(&[2, 3, 17, 17])));
         let mut v = x;

@@ -38,27 +38,12 @@ pub(crate) struct RowCache {
 
 /// `index` with `vars` (a stage's loop variables) replaced by their canonical names.
 pub(crate) fn canon(index: &Idx, vars: &[VarId]) -> Idx {
-    match index {
-        Idx::Var(v) => Idx::Var(vars.iter().position(|x| x == v).map_or(*v, |p| CANON + p as VarId)),
-        Idx::Const(c) => Idx::Const(*c),
-        Idx::Add(ts) => Idx::Add(ts.iter().map(|t| canon(t, vars)).collect()),
-        Idx::Mul(x, c) => Idx::Mul(Box::new(canon(x, vars)), *c),
-        Idx::Div(x, c) => Idx::Div(Box::new(canon(x, vars)), *c),
-        Idx::Mod(x, c) => Idx::Mod(Box::new(canon(x, vars)), *c),
-    }
+    index.rename(&|v| vars.iter().position(|x| *x == v).map_or(v, |p| CANON + p as VarId))
 }
 
 /// A canonical index `key` back in terms of a stage's loop variables `vars`.
 pub(crate) fn at(key: &Idx, vars: &[VarId]) -> Idx {
-    match key {
-        Idx::Var(v) if *v >= CANON => vars.get((*v - CANON) as usize).map_or(Idx::Var(*v), |x| Idx::Var(*x)),
-        Idx::Var(v) => Idx::Var(*v),
-        Idx::Const(c) => Idx::Const(*c),
-        Idx::Add(ts) => Idx::Add(ts.iter().map(|t| at(t, vars)).collect()),
-        Idx::Mul(x, c) => Idx::Mul(Box::new(at(x, vars)), *c),
-        Idx::Div(x, c) => Idx::Div(Box::new(at(x, vars)), *c),
-        Idx::Mod(x, c) => Idx::Mod(Box::new(at(x, vars)), *c),
-    }
+    key.rename(&|v| if v >= CANON { vars.get((v - CANON) as usize).copied().unwrap_or(v) } else { v })
 }
 
 /// The loop variables of stage `s`.

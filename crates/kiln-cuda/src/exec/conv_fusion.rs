@@ -58,7 +58,7 @@ mod tests {
 
     /// The conv fusions of `program` (no GEMM epilogue accepted).
     fn fuse_conv_epilogues(program: &mut Program) -> Vec<Option<ConvFusion>> {
-        fuse_library_epilogues(program, &mut |_, _, _| false).into_iter().map(|f| f.and_then(|f| f.conv())).collect()
+        fuse_library_epilogues(program, &mut |_, _| false).into_iter().map(|f| f.and_then(|f| f.conv())).collect()
     }
 
     const ATTRS: Conv2dAttrs = Conv2dAttrs { stride: [1, 1], padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1, channels_last: false };

@@ -7,6 +7,7 @@
 
 use super::conv_fusion::{self, ConvFusion};
 use super::gemm_fusion::{self, GemmFusion};
+use super::matmul::MatmulPlan;
 use kiln_ir::DType;
 use kiln_sched::kernel::{Expr, ExprId, Idx, Kernel, Loop, Stage};
 use kiln_sched::memory::live_intervals;
@@ -109,12 +110,12 @@ impl DenseEpilogue<'_> {
 }
 
 /// Folds every epilogue a library call can apply into its step: cuDNN's conv epilogues, and
-/// the GEMM epilogues `lt_accepts` (asked with the program and the step) says cuBLASLt runs.
+/// the GEMM epilogues `lt_accepts` (asked with the step's matmul plan) says cuBLASLt runs.
 /// The epilogue is removed, the step's `out` becomes the epilogue's output (the call's own
 /// result, now written by no step, takes no memory), and what the fused call also reads
 /// becomes a further input of the step (a conv's residual, a GEMM's bias), so liveness and the
 /// memory plan, made after this, see it read there. Returns each step's fusion.
-pub fn fuse_library_epilogues(program: &mut Program, lt_accepts: &mut dyn FnMut(&Program, usize, &GemmFusion) -> bool) -> Vec<Option<LibraryFusion>> {
+pub(crate) fn fuse_library_epilogues(program: &mut Program, lt_accepts: &mut dyn FnMut(MatmulPlan, &GemmFusion) -> bool) -> Vec<Option<LibraryFusion>> {
     let live = live_intervals(program);
     let found: Vec<Option<(LibraryFusion, BufId, Option<BufView>)>> = (0..program.steps.len())
         .map(|i| {
@@ -122,8 +123,8 @@ pub fn fuse_library_epilogues(program: &mut Program, lt_accepts: &mut dyn FnMut(
             if let Some((f, extra)) = conv_fusion::fusable(program, &e) {
                 return Some((LibraryFusion::Conv(f), e.y, extra));
             }
-            let (f, extra) = gemm_fusion::fusable(program, &e)?;
-            lt_accepts(program, i, &f).then_some((LibraryFusion::Gemm(f), e.y, extra))
+            let (f, extra, plan) = gemm_fusion::fusable(program, &e)?;
+            lt_accepts(plan, &f).then_some((LibraryFusion::Gemm(f), e.y, extra))
         })
         .collect();
     let mut orphans = Vec::new();

@@ -36,11 +36,11 @@ impl GemmFusion {
     }
 }
 
-/// The fusion of a matmul step's epilogue `e`, and the bias buffer the fused call also reads
-/// (its third input), when cuBLASLt can take it: a float matmul that runs as one strided batch
-/// ([`MatmulPlan`]), whose epilogue is `out + bias` or `relu(out + bias)` with `bias` a literal
-/// or a load of element `column` of a buffer.
-pub(crate) fn fusable(p: &Program, e: &DenseEpilogue) -> Option<(GemmFusion, Option<BufView>)> {
+/// The fusion of a matmul step's epilogue `e`, the bias buffer the fused call also reads (its
+/// third input) and the step's plan, when cuBLASLt can take it: a float matmul that runs as one
+/// strided batch ([`MatmulPlan`]), whose epilogue is `out + bias` or `relu(out + bias)` with
+/// `bias` a literal or a load of element `column` of a buffer.
+pub(crate) fn fusable(p: &Program, e: &DenseEpilogue) -> Option<(GemmFusion, Option<BufView>, MatmulPlan)> {
     if *e.op != ExternOp::MatMul || e.inputs.len() != 2 {
         return None;
     }
@@ -78,7 +78,7 @@ pub(crate) fn fusable(p: &Program, e: &DenseEpilogue) -> Option<(GemmFusion, Opt
         GemmBias::Column(buf) => Some(BufView::dense(buf, &[n])),
         GemmBias::Splat(_) => None,
     };
-    Some((GemmFusion { bias, relu }, extra))
+    Some((GemmFusion { bias, relu }, extra, plan))
 }
 
 /// Whether `bias` is `store % n` at every point of `loops`, where `store` (a dense store's
@@ -138,7 +138,7 @@ mod tests {
     }
 
     fn fuse(p: &mut Program) -> Vec<GemmFusion> {
-        fuse_library_epilogues(p, &mut |_, _, _| true).into_iter().flatten().filter_map(|f| f.gemm()).collect()
+        fuse_library_epilogues(p, &mut |_, _| true).into_iter().flatten().filter_map(|f| f.gemm()).collect()
     }
 
     #[test]
@@ -176,7 +176,7 @@ mod tests {
             ("cuBLASLt has no algorithm", linear(DType::F32, &[5], true), false),
         ] {
             let before = p.steps.clone();
-            assert!(fuse_library_epilogues(&mut p, &mut |_, _, _| accept).iter().all(Option::is_none), "{what}");
+            assert!(fuse_library_epilogues(&mut p, &mut |_, _| accept).iter().all(Option::is_none), "{what}");
             assert_eq!(p.steps, before, "{what}");
         }
     }

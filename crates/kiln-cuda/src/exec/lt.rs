@@ -48,6 +48,13 @@ pub(crate) enum LtEpilogue {
     ReluBias,
 }
 
+impl LtEpilogue {
+    /// `+ bias`, then a ReLU when `relu`.
+    pub fn bias(relu: bool) -> LtEpilogue {
+        if relu { LtEpilogue::ReluBias } else { LtEpilogue::Bias }
+    }
+}
+
 /// `D = epilogue(op_a(A) op_b(B))` over `batches` entries, column-major, all of `ty`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LtProblem {

@@ -231,7 +231,7 @@ impl MatmulPlan {
     /// Whether cuBLASLt has an algorithm for this matmul with the epilogue `+ bias` (then
     /// `relu`): what [`super::fusion`] asks before folding an epilogue into the GEMM.
     pub fn lt_accepts_epilogue(mut self, gpu: &Gpu, relu: bool) -> bool {
-        self.epilogue = if relu { LtEpilogue::ReluBias } else { LtEpilogue::Bias };
+        self.epilogue = LtEpilogue::bias(relu);
         self.lt().is_some_and(|g| matches!(g.best(gpu), Ok(Some(_))))
     }
 
@@ -239,7 +239,7 @@ impl MatmulPlan {
     /// per output column) to the product, then (`relu`) applying a ReLU, with the heuristic's
     /// best algorithm; an error when cuBLASLt has none.
     pub fn fuse_epilogue(&mut self, gpu: &Gpu, relu: bool, bias: u64) -> Result<()> {
-        self.epilogue = if relu { LtEpilogue::ReluBias } else { LtEpilogue::Bias };
+        self.epilogue = LtEpilogue::bias(relu);
         self.lt = None;
         let (m, k, n) = (self.m, self.k, self.n);
         let g = self.lt().ok_or_else(|| Error::Device(format!("cuBLASLt cannot run the matmul [{m}x{k}]x[{k}x{n}] with a bias epilogue")))?;

@@ -30,7 +30,8 @@ use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, 
 pub(crate) use conv::cudnn_refusal;
 pub use autotune::{GpuAutotuneReport, GpuStepResult};
 pub use conv_fusion::ConvFusion;
-pub use fusion::{LibraryFusion, fuse_library_epilogues};
+pub use fusion::LibraryFusion;
+pub(crate) use fusion::fuse_library_epilogues;
 pub use gemm_fusion::{GemmBias, GemmFusion};
 pub use tuning::{GpuStepTuning, GpuTuning, LtAlgo};
 pub(crate) use matmul::{Batching, MatmulPlan};
@@ -99,7 +100,7 @@ pub struct Executable {
     _consts: Vec<DeviceBuffer>,
     _arena: DeviceBuffer,
     _staging: Vec<DeviceBuffer>,
-    /// Bytes of the arena of temporaries (the memory plan made after conv fusion).
+    /// Bytes of the arena of temporaries (the memory plan made after the libraries' fusions).
     arena_bytes: usize,
     workspace: Option<DeviceBuffer>,
     source: CudaSource,
@@ -120,15 +121,6 @@ fn addr(base: u64, v: &BufView, elem: usize) -> u64 {
     base + (v.offset * elem) as u64
 }
 
-/// Whether cuBLASLt has an algorithm for step `i` of `p` (a matmul) with the epilogue of `f`.
-fn lt_accepts(gpu: &Gpu, p: &Program, i: usize, f: &GemmFusion) -> bool {
-    let StepKind::Extern { inputs, out, out_shape, .. } = &p.steps[i].kind else { return false };
-    match MatmulPlan::new(inputs, out_shape, p.buffer(*out).dtype) {
-        Ok(Some(plan)) => plan.lt_accepts_epilogue(gpu, f.relu),
-        _ => false,
-    }
-}
-
 impl Executable {
     /// Binds `program` to `gpu`: renders and compiles its kernels (cubin from `cache` when
     /// there), uploads its constants and allocates its memory.
@@ -136,7 +128,7 @@ impl Executable {
         let began = std::time::Instant::now();
         kiln_cpu::compiled::check_steps(&program)?;
         // Before placing memory: a fused conv may write its output over its residual.
-        let fusions = fuse_library_epilogues(&mut program, &mut |p, i, f| lt_accepts(gpu, p, i, f));
+        let fusions = fuse_library_epilogues(&mut program, &mut |plan, f| plan.lt_accepts_epilogue(gpu, f.relu));
         program.memory = Some(kiln_sched::plan_memory(&program));
         let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
         let source = render_cuda(&program)?;
@@ -299,7 +291,7 @@ impl Executable {
         Ok(())
     }
 
-    /// The program this runs (conv epilogues cuDNN took over already folded in).
+    /// The program this runs (epilogues cuDNN and cuBLASLt took over already folded in).
     pub fn program(&self) -> &Program {
         &self.program
     }

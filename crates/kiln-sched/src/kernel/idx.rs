@@ -120,6 +120,18 @@ impl Idx {
         Some((coefs, konst))
     }
 
+    /// The expression with each variable `v` renamed `f(v)`.
+    pub fn rename(&self, f: &impl Fn(VarId) -> VarId) -> Idx {
+        match self {
+            Idx::Var(v) => Idx::Var(f(*v)),
+            Idx::Const(c) => Idx::Const(*c),
+            Idx::Add(ts) => Idx::Add(ts.iter().map(|t| t.rename(f)).collect()),
+            Idx::Mul(x, c) => Idx::Mul(Box::new(x.rename(f)), *c),
+            Idx::Div(x, c) => Idx::Div(Box::new(x.rename(f)), *c),
+            Idx::Mod(x, c) => Idx::Mod(Box::new(x.rename(f)), *c),
+        }
+    }
+
     /// True when the expression mentions variable `v`.
     pub fn uses(&self, v: VarId) -> bool {
         match self {
@@ -144,6 +156,14 @@ mod tests {
         assert!(a.clone().rem(4).add(b.clone()).affine().is_none());
         assert!(b.div(2).affine().is_none());
         assert_eq!(Idx::Const(7).affine().unwrap().1, 7);
+    }
+
+    #[test]
+    fn rename_maps_every_variable() {
+        let e = Idx::var(0).mul(12).add(Idx::var(1).rem(5)).add(Idx::Const(3));
+        let r = e.rename(&|v| v + 10);
+        assert!(r.uses(10) && r.uses(11) && !r.uses(0) && !r.uses(1));
+        assert_eq!(r.eval(&[0; 10].iter().chain(&[2, 7]).copied().collect::<Vec<i64>>()), e.eval(&[2, 7]));
     }
 
     #[test]
