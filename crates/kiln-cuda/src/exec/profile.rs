@@ -20,10 +20,23 @@ impl Executable {
         let runs = runs.max(1);
         let mut parts: Vec<[Vec<f64>; 2]> = self.steps.iter().map(|_| [Vec::new(), Vec::new()]).collect();
         let mut whole = Vec::with_capacity(runs);
+        // Host time to issue each kind of step (what default mode pays per run and a CUDA graph
+        // replay does not), summed over the runs.
+        let mut host: std::collections::BTreeMap<&str, (Duration, usize)> = Default::default();
         for _ in 0..runs {
             for (step, m) in self.steps.iter().zip(&marks) {
                 m[0].record(&self.gpu)?;
+                let t = std::time::Instant::now();
                 self.issue_step(step, &mut || m[1].record(&self.gpu))?;
+                let kind = match step {
+                    GpuStep::Kernel(_) => "kernels",
+                    GpuStep::Matmul { .. } => "matmuls",
+                    GpuStep::Conv { .. } => "convs",
+                    GpuStep::Gather(_) | GpuStep::Attention(_) => "handwritten kernels",
+                    GpuStep::Host { .. } => "host steps",
+                };
+                let e = host.entry(kind).or_default();
+                (e.0, e.1) = (e.0 + t.elapsed(), e.1 + 1);
                 m[2].record(&self.gpu)?;
             }
             self.gpu.synchronize()?;
@@ -36,6 +49,8 @@ impl Executable {
             }
             whole.push(total);
         }
+        let per_run: Vec<String> = host.iter().map(|(k, (t, n))| format!("{k} {:.1} us ({} calls)", t.as_secs_f64() * 1e6 / runs as f64, n / runs)).collect();
+        tracing::info!(target: "kiln::cuda", "host time to issue one run (with 3 event records a step): {}", per_run.join(", "));
         let median = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
             Duration::from_secs_f64(v.get(v.len() / 2).copied().unwrap_or(0.0) / 1e3)
@@ -48,6 +63,7 @@ impl Executable {
                 GpuStep::Matmul { plan, .. } => format!("{} {what}", plan.describe()),
                 GpuStep::Conv { plan, .. } => format!("cuDNN {} {what}", plan.describe()),
                 GpuStep::Gather(_) => format!("gather kernel {what}"),
+                GpuStep::Attention(_) => format!("attention kernel {what}"),
                 GpuStep::Host { .. } => format!("host {what}"),
             };
             out.push(StepTime { step: i, what: main, median: median(&mut p[0]) });
