@@ -295,19 +295,26 @@ fn explain_cuda_shows_kernels_launches_and_library_calls_without_a_gpu() {
 }
 
 #[test]
-fn explain_cuda_of_bert_batches_attention_matmuls_and_splits_norms_over_blocks() {
+fn explain_cuda_of_bert_runs_attention_as_one_kernel_and_splits_norms_over_blocks() {
     let o = kiln(&["explain", "bert-base", "--device", "cuda", "--seq", "64"]);
     let out = stdout(&o);
     assert!(o.status.success(), "{out}\n{}", stderr(&o));
     let steps = cuda_steps(&out);
-    // Q @ K^T and P @ V over the heads: one strided-batched GEMM each.
-    assert!(steps.iter().any(|l| l.contains("cuBLAS sgemm strided-batched (batch 12)")), "{out}");
-    // Layer norm (mean and variance over 768) and softmax (max and sum over 64) rows: one
-    // block per row.
-    let reduction = |op: &str| steps.iter().filter(|l| l.contains(op)).all(|l| l.contains("PerBlock block "));
-    assert!(steps.iter().any(|l| l.contains("reduce_mean")) && reduction("reduce_mean"), "{out}");
-    assert!(steps.iter().any(|l| l.contains("reduce_max")) && reduction("reduce_max"), "{out}");
+    // Attention over the 12 heads is kiln's one fused kernel: no score matmuls or softmax left.
+    assert_eq!(steps.iter().filter(|l| l.contains("attention kernel (batch 12)")).count(), 12, "{out}");
+    assert!(!steps.iter().any(|l| l.contains("reduce_max") || l.contains("strided-batched")), "{out}");
+    // Layer norm rows (mean and variance over 768): one block per row.
+    let reduction = |steps: &[&str], op: &str| steps.iter().any(|l| l.contains(op)) && steps.iter().filter(|l| l.contains(op)).all(|l| l.contains("PerBlock block "));
+    assert!(reduction(&steps, "reduce_mean"), "{out}");
     assert!(cuda_kernels(&out) > 0);
+    // Without the kernel: Q @ K^T and P @ V one strided-batched GEMM each, softmax rows a block each.
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln")).args(["explain", "bert-base", "--device", "cuda", "--seq", "64"]).env("KILN_CUDA_ATTENTION", "0").output().unwrap();
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    let steps = cuda_steps(&out);
+    assert!(!steps.iter().any(|l| l.contains("attention kernel")), "{out}");
+    assert!(steps.iter().any(|l| l.contains("cuBLAS sgemm strided-batched (batch 12)")), "{out}");
+    assert!(reduction(&steps, "reduce_max"), "{out}");
 }
 
 #[test]

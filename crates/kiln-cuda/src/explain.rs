@@ -11,8 +11,8 @@
 //! fused).
 
 use crate::codegen::{CudaSource, Launch, render_cuda};
-use crate::exec::{Batching, ConvFusion, GemmFusion, MatmulPlan, cudnn_refusal, fuse_library_epilogues};
-use kiln_ir::{Conv2dAttrs, DType, Error, Graph, Result};
+use crate::exec::{AttentionPlan, Batching, ConvFusion, gather_fits, GemmFusion, MatmulPlan, cudnn_refusal, fuse_library_epilogues};
+use kiln_ir::{Conv2dAttrs, DType, Error, Graph, Op, Result};
 use kiln_sched::{BufView, ExternOp, Program, StepKind};
 use std::fmt;
 
@@ -32,6 +32,10 @@ pub enum Route {
     /// One cuDNN conv call; with a fusion, `cudnnConvolutionBiasActivationForward` adding the
     /// bias (and the residual) and applying the ReLU.
     Cudnn { fused: Option<ConvFusion> },
+    /// kiln's handwritten attention kernel (scores kept on chip), over `batches` entries.
+    Attention { batches: usize },
+    /// kiln's handwritten gather kernel (embedding lookups).
+    Gather,
     /// Copied back, run by the reference kernels, copied up.
     Host { reason: String },
 }
@@ -64,6 +68,8 @@ impl fmt::Display for Route {
             Route::CublasLt { fused } => write!(f, "cuBLASLt matmul{} (fused)", fused.label()),
             Route::Cudnn { fused: None } => f.write_str("cuDNN conv"),
             Route::Cudnn { fused: Some(fusion) } => write!(f, "cuDNN conv{} (fused)", fusion.label()),
+            Route::Attention { batches } => write!(f, "attention kernel (batch {batches})"),
+            Route::Gather => f.write_str("gather kernel"),
             Route::Host { reason } => write!(f, "host ({reason})"),
         }
     }
@@ -116,12 +122,25 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
                 };
                 (route, epilogue.as_ref().map(|e| kernel(&e.kernel.name)).transpose()?)
             }
-            StepKind::Eval { op, .. } => (Route::Host { reason: format!("no GPU kernel for {}", op.name()) }, None),
+            StepKind::Eval { op, inputs, out, out_shape } => (eval_route(&program, op, inputs, out_shape, program.buffer(*out).dtype), None),
         };
         let ops = graph.map_or_else(Vec::new, |g| step.nodes.iter().map(|&n| g.node(n).op.name()).collect());
         steps.push(StepRoute { route, epilogue, ops });
     }
     Ok(CudaExplain { source, steps, arena_bytes })
+}
+
+/// How an eval step runs: attention and (dense) gathers on kiln's handwritten kernels, the
+/// rest on the host.
+fn eval_route(program: &Program, op: &Op, inputs: &[BufView], out_shape: &[usize], dtype: DType) -> Route {
+    match op {
+        Op::Attention { causal, scale } => match AttentionPlan::new(*causal, *scale, inputs, out_shape, dtype) {
+            Some(plan) => Route::Attention { batches: plan.batches },
+            None => Route::Host { reason: "the attention kernel does not take these shapes".into() },
+        },
+        Op::Gather { axis } if matches!(inputs, [data, idx] if gather_fits(data, idx, *axis, program.buffer(idx.buf).dtype)) => Route::Gather,
+        op => Route::Host { reason: format!("no GPU kernel for {}", op.name()) },
+    }
 }
 
 /// How a matmul extern `a [.., M, K] @ b [.., K, N] -> out_shape` in `dtype` runs.

@@ -18,4 +18,4 @@ pub mod module;
 pub mod nvrtc;
 
 pub use device::{DeviceBuffer, Gpu, Lib, MemoryStats};
-pub use exec::Executable;
+pub use exec::{Executable, runs_composite};

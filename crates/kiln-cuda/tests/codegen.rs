@@ -941,3 +941,38 @@ fn gpu_erfc_and_erf_are_within_cudas_ulp_bounds() {
     assert_eq!(at(0, 0.0), 1.0);
     assert_eq!(at(1, -0.0).to_bits(), (-0.0f64).to_bits());
 }
+
+/// The fused attention kernel compiles (no error, no warning) for every storage type, head dims
+/// that are and are not multiples of 4, causal or not, with and without a mask.
+#[test]
+fn attention_kernels_compile() {
+    use kiln_cuda::exec::AttentionPlan;
+    use kiln_sched::{BufId, BufView};
+    if !nvrtc_present() {
+        return;
+    }
+    let view = |shape: &[usize]| {
+        let mut strides = vec![1; shape.len()];
+        for i in (0..shape.len() - 1).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        BufView { buf: BufId(0), offset: 0, shape: shape.to_vec(), strides }
+    };
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for (d, dv, causal, mask) in [(64, 64, false, false), (5, 3, true, true), (32, 17, false, true), (1, 64, true, false)] {
+            let mut inputs = vec![view(&[2, 40, d]), view(&[2, 70, d]), view(&[2, 70, dv])];
+            if mask {
+                inputs.push(view(&[40, 70]));
+            }
+            let plan = AttentionPlan::new(causal, None, &inputs, &[2, 40, dv], dt).expect("the kernel takes these shapes");
+            let what = format!("attention {dt} d {d} dv {dv} causal {causal} mask {mask}");
+            match nvrtc_compile(&plan.source) {
+                Ok((ptx, log)) => {
+                    assert!(!log.contains("warning"), "{what}: NVRTC warned:\n{log}");
+                    assert!(ptx.contains(".entry kiln_attention("), "{what}: no kernel in the PTX");
+                }
+                Err(log) => panic!("{what}: NVRTC failed:\n{log}"),
+            }
+        }
+    }
+}

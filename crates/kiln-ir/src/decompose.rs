@@ -15,6 +15,12 @@ use std::collections::HashMap;
 /// Inputs (order, names, types), outputs and all other nodes are kept; constants are shared.
 /// The node that replaces a composite carries its name.
 pub fn decompose(graph: &Graph) -> Result<Graph> {
+    decompose_keeping(graph, &|_, _| false)
+}
+
+/// [`decompose`], but a composite for which `keep(op, input types)` is true stays one node (a
+/// backend with its own kernel for it: kiln-cuda's fused attention).
+pub fn decompose_keeping(graph: &Graph, keep: &dyn Fn(&Op, &[&TensorType]) -> bool) -> Result<Graph> {
     let mut b = Builder { g: Graph::new(), scalars: HashMap::new() };
     b.g.consts = graph.consts.clone();
     let mut map: Vec<Option<NodeId>> = vec![None; graph.nodes.len()];
@@ -43,6 +49,7 @@ pub fn decompose(graph: &Graph) -> Result<Graph> {
                 return Err(Error::Graph(format!("decompose: input node %{idx} is not in the graph's inputs")));
             }
             Op::Constant(c) => b.constant_node(*c, &node.ty),
+            op if keep(op, &args.iter().map(|a| b.g.ty(*a)).collect::<Vec<_>>()) => b.g.add(op.clone(), &args)?,
             op => match b.composite(op, &args)? {
                 Some(id) => id,
                 None => b.g.add(op.clone(), &args)?,

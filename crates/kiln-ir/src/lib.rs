@@ -21,7 +21,7 @@ pub mod verify;
 pub use half;
 
 pub use data::{Element, HostTensor, Layout, Storage};
-pub use decompose::decompose;
+pub use decompose::{decompose, decompose_keeping};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use graph::{Graph, Node, NodeId, TensorType};

@@ -9,5 +9,5 @@ mod manager;
 pub mod passes;
 pub mod rewrite;
 
-pub use manager::{DISABLE_ENV, OptOptions, PassReport, Target, optimize, parse_disabled, pass_names};
+pub use manager::{DISABLE_ENV, KeepComposite, OptOptions, PassReport, Target, optimize, parse_disabled, pass_names};
 pub use passes::Pass;

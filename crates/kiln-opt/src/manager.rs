@@ -2,7 +2,7 @@
 //! the graph after each so a broken pass is named where it breaks.
 
 use crate::passes::{BnFold, ChannelsLast, Cse, Dce, Decompose, Fold, Layout, MergeMatmuls, Pass, Simplify, SpaceToDepth};
-use kiln_ir::{Error, Graph, Result};
+use kiln_ir::{Error, Graph, Op, Result, TensorType};
 use std::time::Instant;
 
 /// The environment variable listing passes to skip (`KILN_DISABLE_PASSES=cse,bn_fold`).
@@ -14,7 +14,7 @@ pub fn pass_names() -> &'static [&'static str] {
 }
 
 /// What [`optimize`] does.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct OptOptions {
     /// Names of passes to skip (each one of [`pass_names`]).
     pub disabled: Vec<String>,
@@ -23,7 +23,13 @@ pub struct OptOptions {
     pub decompose: bool,
     /// The backend the graph is optimised for.
     pub target: Target,
+    /// Composites the backend runs as one op (`decompose` keeps them): kiln-cuda's
+    /// `runs_composite` (its fused attention kernel). `None`: every composite is decomposed.
+    pub keep: Option<KeepComposite>,
 }
+
+/// Whether a backend runs a composite op, given its input types, as one op of its own.
+pub type KeepComposite = fn(&Op, &[&TensorType]) -> bool;
 
 /// The backend a graph is optimised for: `bn_fold` trades differently on each, and
 /// `channels_last` and `space_to_depth` run for a GPU only (the CPU's convs take NCHW).
@@ -47,6 +53,7 @@ impl Default for OptOptions {
             disabled: Vec::new(),
             decompose: true,
             target: Target::Cpu,
+            keep: None,
         }
     }
 }
@@ -110,8 +117,9 @@ pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassRepo
     check_names(&opts.disabled)?;
     kiln_ir::verify(graph).map_err(|e| e.context("optimize: the input graph"))?;
     let bn_fold = BnFold { into_weights: opts.target == Target::Gpu };
+    let decompose = Decompose { keep: opts.keep };
     let pipeline: [&dyn Pass; 12] = [
-        &Fold, &Simplify, &bn_fold, &Decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &Layout, &MergeMatmuls, &Dce,
+        &Fold, &Simplify, &bn_fold, &decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &Layout, &MergeMatmuls, &Dce,
     ];
     let mut g = graph.clone();
     let mut reports = Vec::new();

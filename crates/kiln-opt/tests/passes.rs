@@ -367,9 +367,31 @@ fn decompose_pass_leaves_primitives() {
     let s = g.add(Op::Softmax { axis: 1 }, &[x]).unwrap();
     let ge = g.add(Op::Gelu { tanh_approx: false }, &[s]).unwrap();
     g.output(ge);
-    let out = run_pass(&Decompose, &g);
+    let out = run_pass(&Decompose { keep: None }, &g);
     assert_eq!(count(&out, "softmax") + count(&out, "gelu"), 0);
     common::assert_same_outputs(&g, &out, &[rand_f32(&mut Rng(4), &[2, 5], -4.0, 4.0)], 1e-5);
+}
+
+/// A backend's `keep` leaves the composites it names whole (kiln-cuda's attention) and the
+/// pass decomposes the rest; without one, attention is decomposed too.
+#[test]
+fn decompose_keeps_what_the_backend_runs_whole() {
+    let mut g = Graph::new();
+    let q = f32_input(&mut g, "q", &[2, 3, 4]);
+    let k = f32_input(&mut g, "k", &[2, 5, 4]);
+    let a = g.add(Op::Attention { causal: false, scale: None }, &[q, k, k]).unwrap();
+    let s = g.add(Op::Softmax { axis: 2 }, &[a]).unwrap();
+    g.output(s);
+    fn attention_only(op: &Op, tys: &[&kiln_ir::TensorType]) -> bool {
+        matches!(op, Op::Attention { .. }) && tys.len() == 3
+    }
+    let kept = run_pass(&Decompose { keep: Some(attention_only) }, &g);
+    assert_eq!((count(&kept, "attention"), count(&kept, "softmax")), (1, 0));
+    let all = run_pass(&Decompose { keep: None }, &g);
+    assert_eq!(count(&all, "attention"), 0);
+    let inputs = [rand_f32(&mut Rng(5), &[2, 3, 4], -2.0, 2.0), rand_f32(&mut Rng(6), &[2, 5, 4], -2.0, 2.0)];
+    common::assert_same_outputs(&g, &kept, &inputs, 1e-5);
+    common::assert_same_outputs(&g, &all, &inputs, 1e-5);
 }
 
 #[test]
@@ -474,7 +496,8 @@ fn disabled_pass_names_are_checked() {
     assert!(optimize(&g, &opts).is_err());
     // The environment is read as a whole (this test does not set it).
     if std::env::var(kiln_opt::DISABLE_ENV).is_err() {
-        assert_eq!(OptOptions::from_env().unwrap(), OptOptions::default());
+        let env = OptOptions::from_env().unwrap();
+        assert!(env.disabled.is_empty() && env.decompose && env.target == kiln_opt::Target::Cpu && env.keep.is_none());
     }
 }
 

@@ -341,6 +341,85 @@ fn linear_bias_and_relu_run_inside_cublaslt_and_match_the_interpreter() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Attention runs as kiln's one fused kernel (the optimised graph keeps the op; no generated
+/// kernel is left) and equals the interpreter: keys past one tile and query rows past one block,
+/// head dims that are not multiples of 4, causal masks with more queries than keys (rows that
+/// see no key are NaN, as the decomposition's softmax makes them), additive masks broadcast
+/// over heads with -inf entries, k and v broadcast over the batch, 16-bit types, NaN and Inf
+/// in the inputs, and q, k, v read as strided heads of one projection.
+#[test]
+fn attention_runs_as_one_fused_kernel_and_matches_the_interpreter() {
+    if !gpu_or_skip("attention_runs_as_one_fused_kernel_and_matches_the_interpreter") {
+        return;
+    }
+    use kiln_ir::{Graph, Op, Shape, SliceAxis, TensorType};
+    let dir = cache_dir("attention");
+    let cast = |t: HostTensor, dt: DType| kiln_cpu::eval(&Op::Cast(dt), &[&t]).unwrap();
+    // (dtype, q, k, v, mask shape, causal, specials)
+    let cases: [(DType, [usize; 4], [usize; 4], [usize; 4], Option<Vec<usize>>, bool, bool); 7] = [
+        (DType::F32, [2, 3, 7, 64], [2, 3, 130, 64], [2, 3, 130, 64], None, false, false),
+        (DType::F32, [1, 2, 40, 16], [1, 2, 40, 16], [1, 2, 40, 24], None, true, false),
+        (DType::F32, [1, 1, 70, 5], [1, 1, 33, 5], [1, 1, 33, 3], None, true, false),
+        (DType::BF16, [2, 2, 128, 64], [2, 2, 128, 64], [2, 2, 128, 64], Some(vec![2, 1, 128, 128]), false, false),
+        (DType::F16, [2, 3, 33, 32], [1, 3, 65, 32], [1, 3, 65, 32], Some(vec![33, 65]), true, false),
+        (DType::F32, [2, 2, 9, 8], [2, 2, 9, 8], [2, 2, 9, 8], None, false, true),
+        (DType::F32, [2, 4, 128, 64], [2, 4, 128, 64], [2, 4, 128, 64], None, false, false),
+    ];
+    for (i, (dt, qs, ks, vs, mask, causal, specials)) in cases.into_iter().enumerate() {
+        let mut g = Graph::new();
+        let ty = |s: &[usize]| TensorType::new(dt, Shape::fixed(s));
+        let (q, k, v) = (g.input("q", ty(&qs)), g.input("k", ty(&ks)), g.input("v", ty(&vs)));
+        let mut args = vec![q, k, v];
+        let mut xs = vec![random(&qs, DType::F32, 11 + i as u64), random(&ks, DType::F32, 21 + i as u64), random(&vs, DType::F32, 31 + i as u64)];
+        if let Some(ms) = &mask {
+            args.push(g.input("mask", ty(ms)));
+            // Every 7th entry masked out entirely.
+            let vals: Vec<f64> = random(ms, DType::F32, 41).to_f64_vec().into_iter().enumerate().map(|(j, x)| if j % 7 == 3 { f64::NEG_INFINITY } else { x }).collect();
+            xs.push(HostTensor::from_vec(vals, ms).unwrap());
+        }
+        if specials {
+            let mut qv = xs[0].to_f64_vec();
+            qv[8 * 2] = f64::NAN; // row 2 of the first head: NaN scores
+            let mut vv = xs[2].to_f64_vec();
+            vv[8 * 9 + 3] = f64::INFINITY; // the second head's first value row
+            xs[0] = HostTensor::from_vec(qv, &qs).unwrap();
+            xs[2] = HostTensor::from_vec(vv, &vs).unwrap();
+        }
+        let xs: Vec<HostTensor> = xs.into_iter().map(|t| cast(t, dt)).collect();
+        let a = g.add(Op::Attention { causal, scale: if i == 1 { Some(0.3) } else { None } }, &args).unwrap();
+        g.output(a);
+        let want = kiln_cpu::run(&g, &xs).unwrap();
+        let tol = if dt == DType::F32 { 1e-5 } else { 2e-2 };
+        for mode in [Mode::Default, Mode::ReduceOverhead, Mode::Eager] {
+            let what = format!("case {i} ({dt} q {qs:?} k {ks:?} v {vs:?} mask {mask:?} causal {causal}) {mode:?}");
+            let (got, c) = run_on_gpu(&g, &xs, mode, &dir).unwrap_or_else(|e| panic!("{what}: {e}"));
+            compare(&got, &want, tol, tol).unwrap_or_else(|e| panic!("{what}: {e}"));
+            if mode != Mode::Eager {
+                let kept = c.report().optimized.as_ref().map_or(0, |o| o.nodes.iter().filter(|n| matches!(n.op, Op::Attention { .. })).count());
+                assert_eq!(kept, 1, "{what}: attention was decomposed");
+                let source = c.report().source.clone().unwrap_or_default();
+                assert_eq!(source.matches("__global__").count(), 0, "{what}: generated kernels are left:\n{source}");
+            }
+        }
+    }
+    // bert's heads: q, k, v strided views of one [b, s, 3 * h * d] projection.
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[2, 10, 3 * 4 * 16])));
+    let head = |g: &mut Graph, i: i64| {
+        let s = g.add(Op::Slice(vec![SliceAxis::FULL, SliceAxis::FULL, SliceAxis { start: i * 64, end: (i + 1) * 64, step: 1 }]), &[x]).unwrap();
+        let r = g.add(Op::Reshape(Shape::fixed(&[2, 10, 4, 16])), &[s]).unwrap();
+        g.add(Op::Permute(vec![0, 2, 1, 3]), &[r]).unwrap()
+    };
+    let (q, k, v) = (head(&mut g, 0), head(&mut g, 1), head(&mut g, 2));
+    let a = g.add(Op::Attention { causal: false, scale: None }, &[q, k, v]).unwrap();
+    g.output(a);
+    let xs = vec![random(&[2, 10, 192], DType::F32, 51)];
+    let want = kiln_cpu::run(&g, &xs).unwrap();
+    let (got, _) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap_or_else(|e| panic!("strided heads: {e}"));
+    compare(&got, &want, 1e-5, 1e-5).unwrap_or_else(|e| panic!("strided heads: {e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn grouped_and_depthwise_convs_run_channels_last_on_the_gpu_as_the_interpreter() {
     use kiln_ir::{Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};

@@ -54,6 +54,12 @@ fn module(gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Arc<Module>> {
     Ok(loaded)
 }
 
+/// Whether the kernel takes a gather along `axis` of `data` at indices `idx` of `index_dtype`:
+/// dense views, i32 or i64 indices.
+pub(crate) fn fits(data: &BufView, idx: &BufView, axis: usize, index_dtype: DType) -> bool {
+    data.layout().is_contiguous() && idx.layout().is_contiguous() && axis < data.shape.len() && matches!(index_dtype, DType::I32 | DType::I64)
+}
+
 /// A gather step bound to its buffers.
 pub(crate) struct GatherCall {
     func: sys::CUfunction,
@@ -75,7 +81,7 @@ impl GatherCall {
         let (data, idx) = (&inputs[0], &inputs[1]);
         let dt = p.buffer(data.buf).dtype;
         let it = p.buffer(idx.buf).dtype;
-        if !data.layout().is_contiguous() || !idx.layout().is_contiguous() || axis >= data.shape.len() || !matches!(it, DType::I32 | DType::I64) {
+        if !fits(data, idx, axis, it) {
             return Ok(None);
         }
         let size = dt.size_of();

@@ -36,7 +36,7 @@ fn operand(rows: usize, cols: usize, sr: usize, sc: usize) -> Option<Operand> {
 
 /// Element offsets of each batch entry of `v` (batch dims = all but the last two), for the
 /// output's batch dims `batch` (broadcast from the left, as numpy).
-fn batch_offsets(v: &BufView, batch: &[usize]) -> Vec<usize> {
+pub(crate) fn batch_offsets(v: &BufView, batch: &[usize]) -> Vec<usize> {
     let r = v.shape.len() - 2;
     let pad = batch.len() - r;
     let mut offs = vec![v.offset];

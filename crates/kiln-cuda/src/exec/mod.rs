@@ -3,6 +3,7 @@
 //! compiled (through the disk cache) and loaded, and every library call planned. A run copies
 //! the inputs up, issues every step on kiln's stream and copies the outputs back.
 
+mod attention;
 mod conv;
 mod conv_fusion;
 mod event;
@@ -22,12 +23,15 @@ use crate::device::{DeviceBuffer, Gpu, driver_error};
 use crate::module::Module;
 use conv::ConvPlan;
 use event::Event;
+use attention::AttentionCall;
 use gather::GatherCall;
+pub(crate) use gather::fits as gather_fits;
 use graph::GraphReplay;
 use cudarc::driver::{result, sys};
 use kiln_ir::{Error, HostTensor, Op, Result};
 use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, Program, StepKind};
 pub(crate) use conv::cudnn_refusal;
+pub use attention::{AttentionPlan, runs_composite};
 pub use autotune::{GpuAutotuneReport, GpuStepResult};
 pub use conv_fusion::ConvFusion;
 pub use fusion::LibraryFusion;
@@ -76,6 +80,7 @@ enum GpuStep {
     /// `z`: the residual a fused call adds ([`ConvFusion`]).
     Conv { plan: ConvPlan, x: u64, w: u64, bias: Option<u64>, z: Option<u64>, y: u64, epilogue: Option<KernelCall> },
     Gather(GatherCall),
+    Attention(AttentionCall),
     Host { op: Op, inputs: Vec<BufView>, out: u64, epilogue: Option<KernelCall> },
 }
 
@@ -84,7 +89,7 @@ impl GpuStep {
     fn epilogue(&self) -> Option<&KernelCall> {
         match self {
             GpuStep::Matmul { epilogue, .. } | GpuStep::Conv { epilogue, .. } | GpuStep::Host { epilogue, .. } => epilogue.as_ref(),
-            GpuStep::Kernel(_) | GpuStep::Gather(_) => None,
+            GpuStep::Kernel(_) | GpuStep::Gather(_) | GpuStep::Attention(_) => None,
         }
     }
 }
@@ -225,12 +230,19 @@ impl Executable {
                         },
                     }
                 }
-                StepKind::Eval { op, inputs, out, .. } => {
+                StepKind::Eval { op, inputs, out, out_shape } => {
                     let host = || GpuStep::Host { op: op.clone(), inputs: inputs.clone(), out: ptrs[out.index()], epilogue: None };
                     match op {
                         Op::Gather { axis } => match GatherCall::new(gpu, cache, &program, &ptrs, *axis, inputs, ptrs[out.index()])? {
                             Some(g) => GpuStep::Gather(g),
                             None => host(),
+                        },
+                        Op::Attention { causal, scale } => match AttentionPlan::new(*causal, *scale, inputs, out_shape, program.buffer(*out).dtype) {
+                            Some(plan) => GpuStep::Attention(AttentionCall::new(gpu, cache, &plan, inputs, &ptrs, ptrs[out.index()])?),
+                            None => {
+                                tracing::info!(target: "kiln::cuda", "attention {:?} runs on the host (the fused kernel does not take these shapes)", inputs.iter().map(|v| &v.shape).collect::<Vec<_>>());
+                                host()
+                            }
                         },
                         _ => {
                             tracing::info!(target: "kiln::cuda", "{} runs on the host (no GPU kernel for it yet)", op.name());
@@ -449,6 +461,7 @@ impl Executable {
                 unsafe { plan.run(&self.gpu, *x, *w, *bias, *z, *y, ws)? }
             }
             GpuStep::Gather(g) => g.launch(&self.gpu, self.error_flag.ptr())?,
+            GpuStep::Attention(a) => a.launch(&self.gpu)?,
             GpuStep::Host { op, inputs, out, .. } => host::eval_on_host(&self.gpu, &self.program, &self.ptrs, op, inputs, *out)?,
         }
         between()?;

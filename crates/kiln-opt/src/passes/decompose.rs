@@ -1,11 +1,15 @@
 //! Composite ops (softmax, layer/batch norm, gelu, attention) become primitives, which the
-//! scheduler fuses again; see [`kiln_ir::decompose`].
+//! scheduler fuses again; see [`kiln_ir::decompose`]. A composite the backend runs as one op of
+//! its own ([`crate::OptOptions::keep`]) stays.
 
 use super::Pass;
+use crate::manager::KeepComposite;
 use kiln_ir::{Graph, Result};
 
-/// Runs [`kiln_ir::decompose`].
-pub struct Decompose;
+/// Runs [`kiln_ir::decompose_keeping`] with the backend's `keep`.
+pub struct Decompose {
+    pub keep: Option<KeepComposite>,
+}
 
 impl Pass for Decompose {
     fn name(&self) -> &'static str {
@@ -13,6 +17,9 @@ impl Pass for Decompose {
     }
 
     fn run(&self, graph: &Graph) -> Result<Graph> {
-        kiln_ir::decompose(graph)
+        match self.keep {
+            Some(keep) => kiln_ir::decompose_keeping(graph, &keep),
+            None => kiln_ir::decompose(graph),
+        }
     }
 }

@@ -315,11 +315,14 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
     times.specialize = t.elapsed();
 
     let t = Instant::now();
-    let target = match opts.device {
-        crate::Device::Cpu => kiln_opt::Target::Cpu,
-        crate::Device::Cuda(_) => kiln_opt::Target::Gpu,
+    let (target, keep) = match opts.device {
+        crate::Device::Cpu => (kiln_opt::Target::Cpu, None),
+        #[cfg(feature = "cuda")]
+        crate::Device::Cuda(_) => (kiln_opt::Target::Gpu, Some(kiln_cuda::runs_composite as kiln_opt::KeepComposite)),
+        #[cfg(not(feature = "cuda"))]
+        crate::Device::Cuda(_) => (kiln_opt::Target::Gpu, None),
     };
-    let (optimized, passes) = kiln_opt::optimize(&fixed, &OptOptions { target, ..opts.opt.clone() })?;
+    let (optimized, passes) = kiln_opt::optimize(&fixed, &OptOptions { target, keep, ..opts.opt.clone() })?;
     times.passes = t.elapsed();
 
     let t = Instant::now();
