@@ -4,11 +4,11 @@
 //! when its views fit.
 //!
 //! One block of 128 threads takes 32 query rows of one batch entry. Keys and values pass
-//! through shared memory 64 keys at a time as f32; each thread computes a 2 x 8 block of the
-//! tile's scores, the rows' online softmax (running max, rescaled sums) and a 4 x 8 block of the
-//! output from the tile's probabilities (see [`KERNEL`]). Everything is computed
-//! in f32 from the stored values (16-bit types too, rounded once on the store), as the
-//! decomposition computes it; only the order of the sums differs. A row whose every score is
+//! through shared memory 64 keys at a time as f32; each thread computes a 4 x 4 block of the
+//! tile's scores, the rows' online softmax (running max, rescaled sums) and a 4 x 4 block of the
+//! output from the tile's probabilities (see [`KERNEL`]). Everything is computed in f32 from the
+//! stored values (16-bit types too, rounded once on the store), as the decomposition computes
+//! it; only the order of the sums differs. A row whose every score is
 //! -inf (all masked) gives NaN, as the decomposition's softmax does.
 
 use super::matmul::batch_offsets;
@@ -28,10 +28,14 @@ pub const MAX_HEAD_DIM: usize = 64;
 const ROWS: usize = 32;
 const TILE: usize = 64;
 
-/// Query rows each thread takes: blocks of 8 * 32 / 2 = 128 threads. On the H200 (bert-base
-/// bs8, one call) 2 beat 4 (blocks of 64: fewer warps to hide shared-memory latency) by 0.5%
-/// of the whole forward and 1 (256 threads, 9 shared loads per 32 multiply-adds) by 3%.
-const RPT: usize = 2;
+/// Query rows each thread takes, and lanes that share a row (each taking `64 / KL` keys of a
+/// tile and output columns): blocks of `KL * 32 / RPT` = 128 threads. On the H200 (bert-base and
+/// gpt2 bs8, one call each, `benches/results/h200-2026-11-30-attention-shapes.jsonl`) 4 x 16
+/// beat 2 x 8 by 0.8% of bert-base's f32 forward and 3.5% of its bf16 one, and 2 x 16 and
+/// 8 x 16 by more: 4 x 16 reads 8 floats of shared memory per 64 multiply-adds with few
+/// registers (4 x 4 scores and outputs a thread).
+const RPT: usize = 4;
+const KL: usize = 16;
 
 /// Whether this backend runs `op` on inputs of types `tys` as one op (the optimiser then keeps
 /// it whole): attention over f32 / f16 / bf16 of fixed shapes whose head dims are 1 to
@@ -138,7 +142,7 @@ impl AttentionPlan {
              #define Q_RS {q_rs}LL\n#define Q_CS {q_cs}LL\n#define K_RS {k_rs}LL\n#define K_CS {k_cs}LL\n\
              #define V_RS {v_rs}LL\n#define V_CS {v_cs}LL\n#define M_RS {m_rs}LL\n#define M_CS {m_cs}LL\n\
              #define SCALE __int_as_float({scale_bits:#010x})\n#define CAUSAL {causal}\n#define MASK {has_mask}\n\
-             #define ROWS {ROWS}\n#define RPT {rpt}\n#define TILE {TILE}\n#define VEC {vec}\n#define F32 {f32}\n\
+             #define ROWS {ROWS}\n#define RPT {rpt}\n#define KL {kl}\n#define TILE {TILE}\n#define VEC {vec}\n#define F32 {f32}\n\
              {KERNEL}",
             prelude = kiln_cpu::codegen::PRELUDE,
             scale_bits = scale.to_bits(),
@@ -146,24 +150,28 @@ impl AttentionPlan {
             has_mask = mask.is_some() as u8,
             vec = vec as u8,
             rpt = RPT,
+            kl = KL,
             f32 = (dtype == DType::F32) as u8,
         );
         Some(AttentionPlan { source, batches, row_blocks: lq.div_ceil(ROWS), offsets })
     }
 }
 
-/// The kernel; the source's `#define`s above it fix its shapes. A block of `8 * ROWS / RPT`
-/// threads takes 32 query rows; thread `8 * rg + kg` owns rows `rg + RG * i` (i < RPT) and, per
-/// 64-key tile, keys `kg + 8c` of the scores (c < 8) and output columns `4kg..4kg+4` and
-/// `32+4kg..` (so v's head dim is padded to 64). Each thread computes an RPT x 8 block of
-/// scores and of outputs from float4 reads of shared memory (RPT + 8 loads per 32 * RPT
-/// multiply-adds; the first version, one row a thread, read one per 4 and took longer than the
-/// decomposition). A row's 8 lanes are adjacent: its max and sum combine with 3 shuffles.
+/// The kernel; the source's `#define`s above it fix its shapes. A block of `KL * ROWS / RPT`
+/// threads takes 32 query rows; thread `KL * rg + kg` owns rows `rg + RG * i` (i < RPT) and,
+/// per 64-key tile, keys `kg + KL * c` of the scores (c < 64 / KL) and the output columns
+/// `4kg + 4KL * h..+4` (v's head dim is padded to 64). Each thread computes an RPT x NK block of
+/// scores and an RPT x NC block of outputs from float4 reads of shared memory (the first version,
+/// one row a thread, read one float4 per 4 multiply-adds and took longer than the
+/// decomposition). A row's KL lanes are adjacent: its max and sum combine with shuffles.
 /// `D4`: the head dim rounded up to float4s (q and k padded with zeros); rows of shared memory
 /// get 4 more floats so that lanes reading consecutive rows hit different banks.
 const KERNEL: &str = r#"
 #define RG (ROWS / RPT)
-#define NT (8 * RG)
+#define NT (KL * RG)
+#define NK (TILE / KL)
+#define NC (64 / KL)
+#define NH (NC / 4)
 #define D4 ((D + 3) / 4 * 4)
 #define DP (D4 + 4)
 #define DVP 68
@@ -180,7 +188,7 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
     /* k's tile, then (once the scores are made) the tile's probabilities P [ROWS][PP] */
     __shared__ __align__(16) float ks[KS_FLOATS];
     __shared__ __align__(16) float vs[TILE * DVP];
-    const int tid = threadIdx.x, kg = tid % 8, rg = tid / 8;
+    const int tid = threadIdx.x, kg = tid % KL, rg = tid / KL;
     const int b = blockIdx.y, r0 = blockIdx.x * ROWS;
     const long long qo = offs[b], ko = offs[BATCHES + b], vo = offs[2 * BATCHES + b], mo = offs[3 * BATCHES + b];
     /* v's padding columns (DV..64) stay zero: the tiles only write columns below DV. */
@@ -190,13 +198,13 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
         const int r = e / D4, d = e % D4;
         qs[r * DP + d] = (r0 + r < LQ && d < D) ? LOAD(q[qo + (r0 + r) * Q_RS + d * Q_CS]) : 0.0f;
     }
-    float o[RPT][8], m[RPT], l[RPT];
+    float o[RPT][NC], m[RPT], l[RPT];
 #pragma unroll
     for (int i = 0; i < RPT; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < 8; c++) o[i][c] = 0.0f;
+        for (int c = 0; c < NC; c++) o[i][c] = 0.0f;
     }
     /* Keys past the block's last row are masked for every row of it (causal): skip their tiles. */
     int kend = LK;
@@ -248,22 +256,22 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
         }
 #endif
         __syncthreads();
-        float s[RPT][8];
+        float s[RPT][NK];
 #pragma unroll
         for (int i = 0; i < RPT; i++)
 #pragma unroll
-            for (int c = 0; c < 8; c++) s[i][c] = 0.0f;
+            for (int c = 0; c < NK; c++) s[i][c] = 0.0f;
 #pragma unroll
         for (int d = 0; d < D4; d += 4) {
-            float4 qv[RPT], kv[8];
+            float4 qv[RPT], kv[NK];
 #pragma unroll
             for (int i = 0; i < RPT; i++) qv[i] = *(const float4*)&qs[(rg + RG * i) * DP + d];
 #pragma unroll
-            for (int c = 0; c < 8; c++) kv[c] = *(const float4*)&ks[(kg + 8 * c) * DP + d];
+            for (int c = 0; c < NK; c++) kv[c] = *(const float4*)&ks[(kg + KL * c) * DP + d];
 #pragma unroll
             for (int i = 0; i < RPT; i++)
 #pragma unroll
-                for (int c = 0; c < 8; c++) {
+                for (int c = 0; c < NK; c++) {
                     s[i][c] = fmaf(qv[i].x, kv[c].x, s[i][c]);
                     s[i][c] = fmaf(qv[i].y, kv[c].y, s[i][c]);
                     s[i][c] = fmaf(qv[i].z, kv[c].z, s[i][c]);
@@ -275,40 +283,38 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
             const int row = r0 + rg + RG * i;
             float mc = -INFINITY;
 #pragma unroll
-            for (int c = 0; c < 8; c++) {
-                const int j = j0 + kg + 8 * c;
+            for (int c = 0; c < NK; c++) {
+                const int j = j0 + kg + KL * c;
                 float x = s[i][c] * SCALE;
                 if (MASK && row < LQ && j < LK) x = x + LOAD(mask[mo + row * M_RS + j * M_CS]);
                 if (j >= LK || (CAUSAL && j > row + (LK - LQ))) x = -INFINITY;
                 s[i][c] = x;
                 mc = kc_maxf(mc, x);
             }
-            mc = kc_maxf(mc, __shfl_xor_sync(0xffffffffu, mc, 1));
-            mc = kc_maxf(mc, __shfl_xor_sync(0xffffffffu, mc, 2));
-            mc = kc_maxf(mc, __shfl_xor_sync(0xffffffffu, mc, 4));
+#pragma unroll
+            for (int off = 1; off < KL; off <<= 1) mc = kc_maxf(mc, __shfl_xor_sync(0xffffffffu, mc, off));
             const float mn = kc_maxf(m[i], mc);
             /* With every score so far -inf, exp(-inf - 0) keeps the sums at 0 (not NaN). */
             const float ms = mn == -INFINITY ? 0.0f : mn;
             const float alpha = expf(m[i] - ms);
             float sum = 0.0f;
 #pragma unroll
-            for (int c = 0; c < 8; c++) {
+            for (int c = 0; c < NK; c++) {
                 s[i][c] = expf(s[i][c] - ms);
                 sum += s[i][c];
             }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+#pragma unroll
+            for (int off = 1; off < KL; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
             l[i] = l[i] * alpha + sum;
 #pragma unroll
-            for (int c = 0; c < 8; c++) o[i][c] *= alpha;
+            for (int c = 0; c < NC; c++) o[i][c] *= alpha;
             m[i] = mn;
         }
         __syncthreads(); /* every lane is done reading k's tile: P takes its place */
 #pragma unroll
         for (int i = 0; i < RPT; i++)
 #pragma unroll
-            for (int c = 0; c < 8; c++) ks[(rg + RG * i) * PP + kg + 8 * c] = s[i][c];
+            for (int c = 0; c < NK; c++) ks[(rg + RG * i) * PP + kg + KL * c] = s[i][c];
         __syncthreads();
 #pragma unroll 2
         for (int j = 0; j < TILE; j += 4) {
@@ -317,19 +323,19 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
             for (int i = 0; i < RPT; i++) pv[i] = *(const float4*)&ks[(rg + RG * i) * PP + j];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                const float4 va = *(const float4*)&vs[(j + u) * DVP + 4 * kg];
-                const float4 vb = *(const float4*)&vs[(j + u) * DVP + 32 + 4 * kg];
+                float4 vv[NH];
+#pragma unroll
+                for (int h = 0; h < NH; h++) vv[h] = *(const float4*)&vs[(j + u) * DVP + 4 * kg + 4 * KL * h];
 #pragma unroll
                 for (int i = 0; i < RPT; i++) {
                     const float p = u == 0 ? pv[i].x : u == 1 ? pv[i].y : u == 2 ? pv[i].z : pv[i].w;
-                    o[i][0] = fmaf(p, va.x, o[i][0]);
-                    o[i][1] = fmaf(p, va.y, o[i][1]);
-                    o[i][2] = fmaf(p, va.z, o[i][2]);
-                    o[i][3] = fmaf(p, va.w, o[i][3]);
-                    o[i][4] = fmaf(p, vb.x, o[i][4]);
-                    o[i][5] = fmaf(p, vb.y, o[i][5]);
-                    o[i][6] = fmaf(p, vb.z, o[i][6]);
-                    o[i][7] = fmaf(p, vb.w, o[i][7]);
+#pragma unroll
+                    for (int h = 0; h < NH; h++) {
+                        o[i][4 * h] = fmaf(p, vv[h].x, o[i][4 * h]);
+                        o[i][4 * h + 1] = fmaf(p, vv[h].y, o[i][4 * h + 1]);
+                        o[i][4 * h + 2] = fmaf(p, vv[h].z, o[i][4 * h + 2]);
+                        o[i][4 * h + 3] = fmaf(p, vv[h].w, o[i][4 * h + 3]);
+                    }
                 }
             }
         }
@@ -342,8 +348,8 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
 #if DV % 4 == 0
         /* Four adjacent columns a store (a row starts 16-byte aligned for f32, 8 for 16-bit). */
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int col = 32 * h + 4 * kg;
+        for (int h = 0; h < NH; h++) {
+            const int col = 4 * kg + 4 * KL * h;
             if (col >= DV) continue;
             const float* x = &o[i][4 * h];
 #if F32
@@ -355,8 +361,8 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
         }
 #else
 #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const int col = c < 4 ? 4 * kg + c : 32 + 4 * kg + (c - 4);
+        for (int c = 0; c < NC; c++) {
+            const int col = 4 * kg + 4 * KL * (c / 4) + c % 4;
             if (col < DV) dst[col] = STORE(o[i][c] / l[i]);
         }
 #endif
@@ -405,7 +411,7 @@ impl AttentionCall {
         gpu.write(offsets.ptr(), &bytes)?;
         let base = |i: usize| inputs.get(i).map_or(0, |v| ptrs[v.buf.index()]);
         let grid = (u32::try_from(plan.row_blocks).map_err(|_| Error::Value(format!("attention over {} query rows", plan.row_blocks * ROWS)))?, plan.batches as u32);
-        Ok(AttentionCall { func, _module: module, ptrs: [base(0), base(1), base(2), base(3), out, offsets.ptr()], _offsets: offsets, grid, threads: (8 * ROWS / RPT) as u32 })
+        Ok(AttentionCall { func, _module: module, ptrs: [base(0), base(1), base(2), base(3), out, offsets.ptr()], _offsets: offsets, grid, threads: (KL * ROWS / RPT) as u32 })
     }
 
     /// Issues the kernel on kiln's stream.
