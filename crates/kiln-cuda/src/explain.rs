@@ -11,7 +11,7 @@
 //! fused).
 
 use crate::codegen::{CudaSource, Launch, render_cuda};
-use crate::exec::{AttentionPlan, Batching, ConvFusion, gather_fits, GemmFusion, MatmulPlan, cudnn_refusal, fuse_library_epilogues};
+use crate::exec::{AttentionPlan, Batching, ConvFusion, gather_fits, write_attention_through_copies, GemmFusion, MatmulPlan, cudnn_refusal, fuse_library_epilogues};
 use kiln_ir::{Conv2dAttrs, DType, Error, Graph, Op, Result};
 use kiln_sched::{BufView, ExternOp, Program, StepKind};
 use std::fmt;
@@ -32,8 +32,9 @@ pub enum Route {
     /// One cuDNN conv call; with a fusion, `cudnnConvolutionBiasActivationForward` adding the
     /// bias (and the residual) and applying the ReLU.
     Cudnn { fused: Option<ConvFusion> },
-    /// kiln's handwritten attention kernel (scores kept on chip), over `batches` entries.
-    Attention { batches: usize },
+    /// kiln's handwritten attention kernel (scores kept on chip), over `batches` entries;
+    /// `strided`: it writes the merge of its heads itself (the copy that did is gone).
+    Attention { batches: usize, strided: bool },
     /// kiln's handwritten gather kernel (embedding lookups).
     Gather,
     /// Copied back, run by the reference kernels, copied up.
@@ -68,7 +69,8 @@ impl fmt::Display for Route {
             Route::CublasLt { fused } => write!(f, "cuBLASLt matmul{} (fused)", fused.label()),
             Route::Cudnn { fused: None } => f.write_str("cuDNN conv"),
             Route::Cudnn { fused: Some(fusion) } => write!(f, "cuDNN conv{} (fused)", fusion.label()),
-            Route::Attention { batches } => write!(f, "attention kernel (batch {batches})"),
+            Route::Attention { batches, strided: false } => write!(f, "attention kernel (batch {batches})"),
+            Route::Attention { batches, strided: true } => write!(f, "attention kernel (batch {batches}), writing the heads merged"),
             Route::Gather => f.write_str("gather kernel"),
             Route::Host { reason } => write!(f, "host ({reason})"),
         }
@@ -97,6 +99,7 @@ pub struct CudaExplain {
 /// the ops of each step.
 pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaExplain> {
     let mut program = program.clone();
+    let out_strides = write_attention_through_copies(&mut program);
     let fusions = fuse_library_epilogues(&mut program, &mut |_, _| true);
     let arena_bytes = kiln_sched::plan_memory(&program).arena_bytes;
     let source = render_cuda(&program)?;
@@ -106,7 +109,7 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
         Ok(Route::Kernel { name: name.to_string(), launch: info.launch })
     };
     let mut steps = Vec::with_capacity(program.steps.len());
-    for (step, fused) in program.steps.iter().zip(fusions) {
+    for ((step, fused), out_strides) in program.steps.iter().zip(fusions).zip(&out_strides) {
         let (route, epilogue) = match &step.kind {
             StepKind::Kernel { kernel: k, .. } => (kernel(&k.name)?, None),
             StepKind::Extern { op, inputs, out, out_shape, epilogue } => {
@@ -122,7 +125,7 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
                 };
                 (route, epilogue.as_ref().map(|e| kernel(&e.kernel.name)).transpose()?)
             }
-            StepKind::Eval { op, inputs, out, out_shape } => (eval_route(&program, op, inputs, out_shape, program.buffer(*out).dtype), None),
+            StepKind::Eval { op, inputs, out, out_shape } => (eval_route(&program, op, inputs, out_shape, program.buffer(*out).dtype, out_strides.as_deref()), None),
         };
         let ops = graph.map_or_else(Vec::new, |g| step.nodes.iter().map(|&n| g.node(n).op.name()).collect());
         steps.push(StepRoute { route, epilogue, ops });
@@ -132,10 +135,10 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
 
 /// How an eval step runs: attention and (dense) gathers on kiln's handwritten kernels, the
 /// rest on the host.
-fn eval_route(program: &Program, op: &Op, inputs: &[BufView], out_shape: &[usize], dtype: DType) -> Route {
+fn eval_route(program: &Program, op: &Op, inputs: &[BufView], out_shape: &[usize], dtype: DType, out_strides: Option<&[usize]>) -> Route {
     match op {
-        Op::Attention { causal, scale } => match AttentionPlan::new(*causal, *scale, inputs, out_shape, dtype) {
-            Some(plan) => Route::Attention { batches: plan.batches },
+        Op::Attention { causal, scale } => match AttentionPlan::new(*causal, *scale, inputs, out_shape, dtype, out_strides) {
+            Some(plan) => Route::Attention { batches: plan.batches, strided: out_strides.is_some() },
             None => Route::Host { reason: "the attention kernel does not take these shapes".into() },
         },
         Op::Gather { axis } if matches!(inputs, [data, idx] if gather_fits(data, idx, *axis, program.buffer(idx.buf).dtype)) => Route::Gather,

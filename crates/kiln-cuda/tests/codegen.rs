@@ -964,7 +964,7 @@ fn attention_kernels_compile() {
             if mask {
                 inputs.push(view(&[40, 70]));
             }
-            let plan = AttentionPlan::new(causal, None, &inputs, &[2, 40, dv], dt).expect("the kernel takes these shapes");
+            let plan = AttentionPlan::new(causal, None, &inputs, &[2, 40, dv], dt, None).expect("the kernel takes these shapes");
             let what = format!("attention {dt} d {d} dv {dv} causal {causal} mask {mask}");
             match nvrtc_compile(&plan.source) {
                 Ok((ptx, log)) => {

@@ -413,6 +413,12 @@ fn attention_runs_as_one_fused_kernel_and_matches_the_interpreter() {
     let (q, k, v) = (head(&mut g, 0), head(&mut g, 1), head(&mut g, 2));
     let a = g.add(Op::Attention { causal: false, scale: None }, &[q, k, v]).unwrap();
     g.output(a);
+    // And the heads merged back ([b, s, h * d]) into a matmul: the kernel writes the merge.
+    let p = g.add(Op::Permute(vec![0, 2, 1, 3]), &[a]).unwrap();
+    let merged = g.add(Op::Reshape(Shape::fixed(&[2, 10, 64])), &[p]).unwrap();
+    let w = g.constant(random(&[64, 8], DType::F32, 52));
+    let y = g.add(Op::MatMul, &[merged, w]).unwrap();
+    g.output(y);
     let xs = vec![random(&[2, 10, 192], DType::F32, 51)];
     let want = kiln_cpu::run(&g, &xs).unwrap();
     let (got, _) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap_or_else(|e| panic!("strided heads: {e}"));

@@ -76,7 +76,7 @@ pub struct AttentionPlan {
     pub batches: usize,
     /// Blocks along x: query rows / 32.
     row_blocks: usize,
-    /// q, k, v, mask offsets, `batches` each (the mask's are zero without one).
+    /// q, k, v, mask and output offsets, `batches` each (the mask's are zero without one).
     offsets: Vec<i64>,
 }
 
@@ -87,7 +87,10 @@ impl AttentionPlan {
     /// Plans `Attention { causal, scale }` on `inputs` (q, k, v, optional mask, each a strided
     /// view) writing a dense `out_shape` of `dtype`, or `None` when the shapes do not fit the
     /// kernel (the caller runs it on the host).
-    pub fn new(causal: bool, scale: Option<f64>, inputs: &[BufView], out_shape: &[usize], dtype: DType) -> Option<AttentionPlan> {
+    ///
+    /// `out_strides`: the element strides the result is written with, one per dim of
+    /// `out_shape` ([`super::write_through`]); `None`: dense.
+    pub fn new(causal: bool, scale: Option<f64>, inputs: &[BufView], out_shape: &[usize], dtype: DType, out_strides: Option<&[usize]>) -> Option<AttentionPlan> {
         let (q, k, v, mask) = (inputs.first()?, inputs.get(1)?, inputs.get(2)?, inputs.get(3));
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) || !fits(&q.shape, &k.shape, &v.shape, mask.map(|m| m.shape.len())) || out_shape.len() < 2 {
             return None;
@@ -111,6 +114,9 @@ impl AttentionPlan {
             Some(m) => offsets.extend(batch_offsets(m, batch).iter().map(|&o| o as i64)),
             None => offsets.extend(std::iter::repeat_n(0, batches)),
         }
+        let dense: Vec<usize> = (0..r).map(|d| out_shape[d + 1..].iter().product()).collect();
+        let out = BufView { buf: kiln_sched::BufId(0), offset: 0, shape: out_shape.to_vec(), strides: out_strides.filter(|s| s.len() == r).map_or(dense, <[usize]>::to_vec) };
+        offsets.extend(batch_offsets(&out, batch).iter().map(|&o| o as i64));
         // Row and column strides; a dim of size 1 (a broadcast mask) reads stride 0.
         let rc = |x: &BufView| {
             let n = x.shape.len();
@@ -127,6 +133,9 @@ impl AttentionPlan {
             n.is_multiple_of(4) && adjacent && rows_aligned && offs.iter().all(|o| o % 4 == 0)
         };
         let vec = by4(k, d, &offsets[batches..2 * batches]) && by4(v, dv, &offsets[2 * batches..3 * batches]);
+        // The output is stored four columns at a time under the same conditions.
+        let out_vec = by4(&out, dv, &offsets[4 * batches..]);
+        let (o_rs, o_cs) = rc(&out);
         let (storage, load, store) = match dtype {
             DType::F32 => ("float", "(x)", "(x)"),
             DType::F16 => ("uint16_t", "kc_h2f(x)", "kc_f2h(x)"),
@@ -141,6 +150,7 @@ impl AttentionPlan {
              #define LQ {lq}\n#define LK {lk}\n#define D {d}\n#define DV {dv}\n#define BATCHES {batches}\n\
              #define Q_RS {q_rs}LL\n#define Q_CS {q_cs}LL\n#define K_RS {k_rs}LL\n#define K_CS {k_cs}LL\n\
              #define V_RS {v_rs}LL\n#define V_CS {v_cs}LL\n#define M_RS {m_rs}LL\n#define M_CS {m_cs}LL\n\
+             #define O_RS {o_rs}LL\n#define O_CS {o_cs}LL\n#define OUT_VEC {out_vec}\n\
              #define SCALE __int_as_float({scale_bits:#010x})\n#define CAUSAL {causal}\n#define MASK {has_mask}\n\
              #define ROWS {ROWS}\n#define RPT {rpt}\n#define KL {kl}\n#define TILE {TILE}\n#define VEC {vec}\n#define F32 {f32}\n\
              {KERNEL}",
@@ -149,6 +159,7 @@ impl AttentionPlan {
             causal = causal as u8,
             has_mask = mask.is_some() as u8,
             vec = vec as u8,
+            out_vec = out_vec as u8,
             rpt = RPT,
             kl = KL,
             f32 = (dtype == DType::F32) as u8,
@@ -344,8 +355,8 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
     for (int i = 0; i < RPT; i++) {
         const int row = r0 + rg + RG * i;
         if (row >= LQ) continue;
-        T* dst = out + ((long long)b * LQ + row) * DV;
-#if DV % 4 == 0
+        T* dst = out + offs[4 * BATCHES + b] + row * O_RS;
+#if OUT_VEC
         /* Four adjacent columns a store (a row starts 16-byte aligned for f32, 8 for 16-bit). */
 #pragma unroll
         for (int h = 0; h < NH; h++) {
@@ -363,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(NT) kiln_attention(const T* __restr
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             const int col = 4 * kg + 4 * KL * (c / 4) + c % 4;
-            if (col < DV) dst[col] = STORE(o[i][c] / l[i]);
+            if (col < DV) dst[col * O_CS] = STORE(o[i][c] / l[i]);
         }
 #endif
     }
@@ -460,7 +471,7 @@ mod tests {
         let k = view(&[2, 4, 8, 16], &[8 * 192, 16, 192, 1], 64);
         let v = view(&[2, 4, 8, 16], &[8 * 192, 16, 192, 1], 128);
         let mask = view(&[2, 1, 1, 8], &[8, 8, 8, 1], 0);
-        let p = AttentionPlan::new(false, None, &[q, k, v, mask], &[2, 4, 8, 16], DType::F32).unwrap();
+        let p = AttentionPlan::new(false, None, &[q, k, v, mask], &[2, 4, 8, 16], DType::F32, None).unwrap();
         assert_eq!((p.batches, p.row_blocks), (8, 1));
         let (qo, ko, mo) = (&p.offsets[0..8], &p.offsets[8..16], &p.offsets[24..32]);
         assert_eq!(qo, &[0, 16, 32, 48, 1536, 1552, 1568, 1584]);
@@ -468,12 +479,17 @@ mod tests {
         assert_eq!(mo, &[0, 0, 0, 0, 8, 8, 8, 8], "the mask broadcasts over heads");
         assert!(p.source.contains("#define Q_RS 192LL") && p.source.contains("#define M_RS 0LL"), "a broadcast mask row reads stride 0");
         assert!(p.source.contains("#define VEC 1"), "rows of 16 adjacent values at 4-aligned offsets load by 4");
-        let odd = AttentionPlan::new(false, None, &[view(&[8, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 2), view(&[8, 16], &[16, 1], 0)], &[8, 16], DType::F32).unwrap();
+        let odd = AttentionPlan::new(false, None, &[view(&[8, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 2), view(&[8, 16], &[16, 1], 0)], &[8, 16], DType::F32, None).unwrap();
         assert!(odd.source.contains("#define VEC 0"), "k starts 2 values past an aligned address");
+        // Written into the merge of its heads, [b, s, h * d]: offsets b * 8 * 64 + h * 16, rows by 64.
+        let q = view(&[2, 4, 8, 16], &[512, 128, 16, 1], 0);
+        let merged = AttentionPlan::new(false, None, &[q.clone(), q.clone(), q], &[2, 4, 8, 16], DType::F32, Some(&[512, 16, 64, 1])).unwrap();
+        assert_eq!(&merged.offsets[32..40], &[0, 16, 32, 48, 512, 528, 544, 560]);
+        assert!(merged.source.contains("#define O_RS 64LL") && merged.source.contains("#define OUT_VEC 1"));
         // 1/sqrt(16) = 0.25.
         assert!(p.source.contains(&format!("{:#010x}", 0.25f32.to_bits())));
-        let out_mismatch = AttentionPlan::new(false, None, &[view(&[8, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 0)], &[8, 17], DType::F32);
+        let out_mismatch = AttentionPlan::new(false, None, &[view(&[8, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 0)], &[8, 17], DType::F32, None);
         assert!(out_mismatch.is_none());
-        assert!(AttentionPlan::new(true, Some(0.5), &[view(&[40, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 0)], &[40, 16], DType::BF16).is_some_and(|p| p.row_blocks == 2 && p.batches == 1));
+        assert!(AttentionPlan::new(true, Some(0.5), &[view(&[40, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 0), view(&[8, 16], &[16, 1], 0)], &[40, 16], DType::BF16, None).is_some_and(|p| p.row_blocks == 2 && p.batches == 1));
     }
 }

@@ -17,6 +17,7 @@ mod matmul;
 mod profile;
 mod tuning;
 mod autotune;
+mod write_through;
 
 use crate::codegen::{CudaSource, Launch, NVRTC_OPTIONS, render_cuda};
 use crate::device::{DeviceBuffer, Gpu, driver_error};
@@ -36,6 +37,7 @@ pub use autotune::{GpuAutotuneReport, GpuStepResult};
 pub use conv_fusion::ConvFusion;
 pub use fusion::LibraryFusion;
 pub(crate) use fusion::fuse_library_epilogues;
+pub(crate) use write_through::write_attention_through_copies;
 pub use gemm_fusion::{GemmBias, GemmFusion};
 pub use tuning::{GpuStepTuning, GpuTuning, LtAlgo};
 pub(crate) use matmul::{Batching, MatmulPlan};
@@ -132,7 +134,9 @@ impl Executable {
     pub fn new(mut program: Program, gpu: &Arc<Gpu>, cache: &DiskCache) -> Result<Executable> {
         let began = std::time::Instant::now();
         kiln_cpu::compiled::check_steps(&program)?;
-        // Before placing memory: a fused conv may write its output over its residual.
+        // Before placing memory: an attention may write its heads' merge itself, a fused conv
+        // its output over its residual.
+        let out_strides = write_attention_through_copies(&mut program);
         let fusions = fuse_library_epilogues(&mut program, &mut |plan, f| plan.lt_accepts_epilogue(gpu, f.relu));
         program.memory = Some(kiln_sched::plan_memory(&program));
         let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
@@ -186,7 +190,7 @@ impl Executable {
 
         let memory_done = began.elapsed();
         let mut steps = Vec::with_capacity(program.steps.len());
-        for (step, fusion) in program.steps.iter().zip(&fusions) {
+        for ((step, fusion), out_strides) in program.steps.iter().zip(&fusions).zip(&out_strides) {
             steps.push(match &step.kind {
                 StepKind::Kernel { kernel, args } => GpuStep::Kernel(call(kernel, args)?),
                 StepKind::Extern { op, inputs, out, out_shape, epilogue: e } => {
@@ -237,7 +241,7 @@ impl Executable {
                             Some(g) => GpuStep::Gather(g),
                             None => host(),
                         },
-                        Op::Attention { causal, scale } => match AttentionPlan::new(*causal, *scale, inputs, out_shape, program.buffer(*out).dtype) {
+                        Op::Attention { causal, scale } => match AttentionPlan::new(*causal, *scale, inputs, out_shape, program.buffer(*out).dtype, out_strides.as_deref()) {
                             Some(plan) => GpuStep::Attention(AttentionCall::new(gpu, cache, &plan, inputs, &ptrs, ptrs[out.index()])?),
                             None => {
                                 tracing::info!(target: "kiln::cuda", "attention {:?} runs on the host (the fused kernel does not take these shapes)", inputs.iter().map(|v| &v.shape).collect::<Vec<_>>());
