@@ -261,8 +261,10 @@ fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOption
     }
     report.cache = exe.cache_outcome().map(cache_label);
     report.source = Some(exe.source().source.clone());
-    // The executable plans memory again once the libraries' fusions are known.
+    // The executable plans memory again once the libraries' fusions are known, and may have
+    // dropped steps (an attention writing the merge of its heads makes the copy go).
     report.arena_bytes = exe.arena_bytes();
+    report.kernels = exe.program().launches();
     report.times = times;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     tracing::info!(
