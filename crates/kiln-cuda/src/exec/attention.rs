@@ -8,8 +8,8 @@
 //! tile's scores, the rows' online softmax (running max, rescaled sums) and a 4 x 4 block of the
 //! output from the tile's probabilities (see [`KERNEL`]). Everything is computed in f32 from the
 //! stored values (16-bit types too, rounded once on the store), as the decomposition computes
-//! it; only the order of the sums differs. A row whose every score is
-//! -inf (all masked) gives NaN, as the decomposition's softmax does.
+//! it; only the order of the sums differs. A row whose every score is -inf (all masked) gives
+//! NaN, as the decomposition's softmax does.
 
 use super::matmul::batch_offsets;
 use crate::device::{DeviceBuffer, Gpu};
@@ -66,8 +66,8 @@ fn fits(q: &[usize], k: &[usize], v: &[usize], mask_rank: Option<usize>) -> bool
     heads(d) && heads(dv) && dk == d && lv == lk && lq >= 1 && lk >= 1 && mask_rank.is_none_or(|r| r >= 2)
 }
 
-/// An attention step's kernel source and the element offsets of each batch entry of q, k, v
-/// and the mask, worked out from the views alone (no GPU), so `kiln explain` shows what runs.
+/// An attention step's kernel source and the element offsets of each batch entry of q, k, v,
+/// the mask and the output, worked out from the views alone (no GPU), so `kiln explain` shows what runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttentionPlan {
     /// The CUDA C (kiln's prelude, then the kernel with every size and stride written in).
@@ -85,8 +85,8 @@ const NAME: &str = "kiln_attention";
 
 impl AttentionPlan {
     /// Plans `Attention { causal, scale }` on `inputs` (q, k, v, optional mask, each a strided
-    /// view) writing a dense `out_shape` of `dtype`, or `None` when the shapes do not fit the
-    /// kernel (the caller runs it on the host).
+    /// view) writing `out_shape` of `dtype`, or `None` when the shapes do not fit the kernel
+    /// (the caller runs it on the host).
     ///
     /// `out_strides`: the element strides the result is written with, one per dim of
     /// `out_shape` ([`super::write_through`]); `None`: dense.
@@ -106,7 +106,7 @@ impl AttentionPlan {
         if [q, k, v].into_iter().chain(mask).any(|x| x.shape.len() - 2 > batch.len()) || batches == 0 || batches > 65535 {
             return None;
         }
-        let mut offsets = Vec::with_capacity(4 * batches);
+        let mut offsets = Vec::with_capacity(5 * batches);
         for x in [q, k, v] {
             offsets.extend(batch_offsets(x, batch).iter().map(|&o| o as i64));
         }
