@@ -4,14 +4,15 @@
 //! functions of the steps' views.
 //!
 //! The library decisions are the runtime's own: [`MatmulPlan::new`] and its [`Batching`] for
-//! matmuls, [`cudnn_refusal`] for convs and [`fuse_library_epilogues`] for the epilogues cuDNN
-//! and cuBLASLt apply themselves (all pure, so no GPU is needed). Only a GPU can tell what the
+//! matmuls, [`cudnn_refusal`] for convs, [`AttentionPlan::new`] for attention and [`fold_steps`]
+//! for the attention writing its heads merged and the epilogues cuDNN and cuBLASLt apply
+//! themselves (all pure, so no GPU is needed). Only a GPU can tell what the
 //! libraries refuse when the executable is built: a conv cuDNN has no algorithm for is an
 //! error, and a GEMM epilogue cuBLASLt has no algorithm for stays a kernel (here it is shown
 //! fused).
 
 use crate::codegen::{CudaSource, Launch, render_cuda};
-use crate::exec::{AttentionPlan, Batching, ConvFusion, gather_fits, write_attention_through_copies, GemmFusion, MatmulPlan, cudnn_refusal, fuse_library_epilogues};
+use crate::exec::{AttentionPlan, Batching, ConvFusion, GemmFusion, MatmulPlan, StepFold, cudnn_refusal, fold_steps, gather_fits};
 use kiln_ir::{Conv2dAttrs, DType, Error, Graph, Op, Result};
 use kiln_sched::{BufView, ExternOp, Program, StepKind};
 use std::fmt;
@@ -99,8 +100,7 @@ pub struct CudaExplain {
 /// the ops of each step.
 pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaExplain> {
     let mut program = program.clone();
-    let out_strides = write_attention_through_copies(&mut program);
-    let fusions = fuse_library_epilogues(&mut program, &mut |_, _| true);
+    let folds = fold_steps(&mut program, &mut |_, _| true);
     let arena_bytes = kiln_sched::plan_memory(&program).arena_bytes;
     let source = render_cuda(&program)?;
     tracing::info!(target: "kiln::output_code", "generated CUDA C ({} kernels):\n{}", source.kernels.len(), source.source);
@@ -109,7 +109,7 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
         Ok(Route::Kernel { name: name.to_string(), launch: info.launch })
     };
     let mut steps = Vec::with_capacity(program.steps.len());
-    for ((step, fused), out_strides) in program.steps.iter().zip(fusions).zip(&out_strides) {
+    for (step, StepFold { out_strides, fusion: fused }) in program.steps.iter().zip(folds) {
         let (route, epilogue) = match &step.kind {
             StepKind::Kernel { kernel: k, .. } => (kernel(&k.name)?, None),
             StepKind::Extern { op, inputs, out, out_shape, epilogue } => {

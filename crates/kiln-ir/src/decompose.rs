@@ -49,8 +49,7 @@ pub fn decompose_keeping(graph: &Graph, keep: &dyn Fn(&Op, &[&TensorType]) -> bo
                 return Err(Error::Graph(format!("decompose: input node %{idx} is not in the graph's inputs")));
             }
             Op::Constant(c) => b.constant_node(*c, &node.ty),
-            op if keep(op, &args.iter().map(|a| b.g.ty(*a)).collect::<Vec<_>>()) => b.g.add(op.clone(), &args)?,
-            op => match b.composite(op, &args)? {
+            op => match b.composite(op, &args, keep)? {
                 Some(id) => id,
                 None => b.g.add(op.clone(), &args)?,
             },
@@ -84,8 +83,9 @@ impl Builder {
         NodeId(self.g.nodes.len() as u32 - 1)
     }
 
-    /// The primitive expansion of `op` on `args`, or `None` when `op` is already primitive.
-    fn composite(&mut self, op: &Op, args: &[NodeId]) -> Result<Option<NodeId>> {
+    /// The primitive expansion of `op` on `args`, or `None` when `op` is already primitive or
+    /// a composite that `keep` (given the input types) keeps whole.
+    fn composite(&mut self, op: &Op, args: &[NodeId], keep: &dyn Fn(&Op, &[&TensorType]) -> bool) -> Result<Option<NodeId>> {
         let is_composite = matches!(
             op,
             Op::Softmax { .. }
@@ -103,6 +103,9 @@ impl Builder {
         }
         // Arity and types are checked by inferring the composite's type once, up front.
         let tys: Vec<&TensorType> = args.iter().map(|a| self.g.ty(*a)).collect();
+        if keep(op, &tys) {
+            return Ok(None);
+        }
         let out_ty = crate::infer::infer(op, &tys)?;
         let (work, up) = self.upcast(args)?;
         let y = match op {

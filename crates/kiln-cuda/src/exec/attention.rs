@@ -389,7 +389,9 @@ fn module(gpu: &Arc<Gpu>, cache: &DiskCache, source: &str) -> Result<Arc<Module>
     if let Some(m) = all.get(source) {
         return Ok(m.clone());
     }
-    let options = ["--gpu-architecture=sm_90", "--std=c++17", "--diag-suppress=177,186"];
+    // The generated kernels' options, but multiply-adds may contract here (the kernel's dot
+    // products call fmaf themselves, as cuBLAS's GEMMs in the decomposition do).
+    let options: Vec<&str> = crate::codegen::NVRTC_OPTIONS.iter().copied().filter(|o| *o != "--fmad=false").collect();
     let (cubin, _) = crate::nvrtc::cached_cubin(cache, source, gpu.sm(), &options)?;
     let loaded = Arc::new(Module::load(gpu, &cubin, &[NAME])?);
     all.insert(source.to_string(), loaded.clone());

@@ -52,7 +52,7 @@ pub(crate) fn fusable(p: &Program, e: &DenseEpilogue) -> Option<(ConvFusion, Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::fuse_library_epilogues;
+    use crate::exec::fusion::fuse_library_epilogues;
     use kiln_ir::{BinaryOp, Conv2dAttrs, DType, Graph, HostTensor, Op, Shape, TensorType};
     use kiln_sched::{BufKind, GPU_EXTERN_DTYPES, ScheduleOptions, StepKind, schedule};
 

@@ -116,7 +116,7 @@ fn column_of(store: &Idx, bias: &Idx, loops: &[Loop], n: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::fuse_library_epilogues;
+    use crate::exec::fusion::fuse_library_epilogues;
     use kiln_ir::{DType, Graph, HostTensor, Op, Shape, TensorType};
     use kiln_sched::{GPU_EXTERN_DTYPES, ScheduleOptions, StepKind, schedule};
 

@@ -36,8 +36,6 @@ pub use attention::{AttentionPlan, runs_composite};
 pub use autotune::{GpuAutotuneReport, GpuStepResult};
 pub use conv_fusion::ConvFusion;
 pub use fusion::LibraryFusion;
-pub(crate) use fusion::fuse_library_epilogues;
-pub(crate) use write_through::write_attention_through_copies;
 pub use gemm_fusion::{GemmBias, GemmFusion};
 pub use tuning::{GpuStepTuning, GpuTuning, LtAlgo};
 pub(crate) use matmul::{Batching, MatmulPlan};
@@ -128,6 +126,24 @@ fn addr(base: u64, v: &BufView, elem: usize) -> u64 {
     base + (v.offset * elem) as u64
 }
 
+/// What a step becomes once the program is folded ([`fold_steps`]).
+pub(crate) struct StepFold {
+    /// The strides an attention step writes its result with (`None`: dense).
+    pub out_strides: Option<Vec<usize>>,
+    /// The epilogue a library call applies itself.
+    pub fusion: Option<LibraryFusion>,
+}
+
+/// Folds into their steps, before memory is planned, the work kiln-cuda does there: an
+/// attention writing the merge of its heads (the copy step goes), then the epilogues cuDNN and
+/// cuBLASLt apply (`lt_accepts`, asked with the matmul's plan, says cuBLASLt runs one). The
+/// runtime and `kiln explain --device cuda` both fold through here, so they show the same steps.
+pub(crate) fn fold_steps(program: &mut Program, lt_accepts: &mut dyn FnMut(MatmulPlan, &GemmFusion) -> bool) -> Vec<StepFold> {
+    let out_strides = write_through::write_attention_through_copies(program);
+    let fusions = fusion::fuse_library_epilogues(program, lt_accepts);
+    out_strides.into_iter().zip(fusions).map(|(out_strides, fusion)| StepFold { out_strides, fusion }).collect()
+}
+
 impl Executable {
     /// Binds `program` to `gpu`: renders and compiles its kernels (cubin from `cache` when
     /// there), uploads its constants and allocates its memory.
@@ -136,8 +152,7 @@ impl Executable {
         kiln_cpu::compiled::check_steps(&program)?;
         // Before placing memory: an attention may write its heads' merge itself, a fused conv
         // its output over its residual.
-        let out_strides = write_attention_through_copies(&mut program);
-        let fusions = fuse_library_epilogues(&mut program, &mut |plan, f| plan.lt_accepts_epilogue(gpu, f.relu));
+        let folds = fold_steps(&mut program, &mut |plan, f| plan.lt_accepts_epilogue(gpu, f.relu));
         program.memory = Some(kiln_sched::plan_memory(&program));
         let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
         let source = render_cuda(&program)?;
@@ -190,7 +205,7 @@ impl Executable {
 
         let memory_done = began.elapsed();
         let mut steps = Vec::with_capacity(program.steps.len());
-        for ((step, fusion), out_strides) in program.steps.iter().zip(&fusions).zip(&out_strides) {
+        for (step, StepFold { out_strides, fusion }) in program.steps.iter().zip(&folds) {
             steps.push(match &step.kind {
                 StepKind::Kernel { kernel, args } => GpuStep::Kernel(call(kernel, args)?),
                 StepKind::Extern { op, inputs, out, out_shape, epilogue: e } => {

@@ -17,9 +17,6 @@ impl Pass for Decompose {
     }
 
     fn run(&self, graph: &Graph) -> Result<Graph> {
-        match self.keep {
-            Some(keep) => kiln_ir::decompose_keeping(graph, &keep),
-            None => kiln_ir::decompose(graph),
-        }
+        kiln_ir::decompose_keeping(graph, &|op, tys| self.keep.is_some_and(|keep| keep(op, tys)))
     }
 }
