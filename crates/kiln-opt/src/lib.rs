@@ -6,6 +6,7 @@
 //! - [`optimize`]: runs them in order, as [`OptOptions`] (or `KILN_DISABLE_PASSES`) says.
 
 mod manager;
+mod memo;
 pub mod passes;
 pub mod rewrite;
 

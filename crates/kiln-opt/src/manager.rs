@@ -10,7 +10,7 @@ pub const DISABLE_ENV: &str = "KILN_DISABLE_PASSES";
 
 /// The names of every pass, as `KILN_DISABLE_PASSES` and [`OptOptions::disabled`] accept them.
 pub fn pass_names() -> &'static [&'static str] {
-    &["fold", "simplify", "bn_fold", "decompose", "channels_last", "space_to_depth", "cse", "layout", "merge_matmuls", "dce"]
+    &["fold", "simplify", "bn_fold", "decompose", "channels_last", "space_to_depth", "cse", "merge_matmuls", "layout", "dce"]
 }
 
 /// What [`optimize`] does.
@@ -109,7 +109,7 @@ pub struct PassReport {
 }
 
 /// Runs fold → simplify → bn_fold → decompose → fold → simplify → channels_last → space_to_depth →
-/// cse → layout → merge_matmuls → dce on a copy of `graph`, skipping disabled passes (and
+/// cse → merge_matmuls → layout → dce on a copy of `graph`, skipping disabled passes (and
 /// channels_last and space_to_depth but for [`Target::Gpu`]). The result computes the same outputs from the same
 /// inputs (in order) and passes [`kiln_ir::verify`]. Each pass logs one line at target
 /// `kiln::graph` (info) and the graph after it (debug).
@@ -119,7 +119,7 @@ pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassRepo
     let bn_fold = BnFold { into_weights: opts.target == Target::Gpu };
     let decompose = Decompose { keep: opts.keep };
     let pipeline: [&dyn Pass; 12] = [
-        &Fold, &Simplify, &bn_fold, &decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &Layout, &MergeMatmuls, &Dce,
+        &Fold, &Simplify, &bn_fold, &decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &MergeMatmuls, &Layout, &Dce,
     ];
     let mut g = graph.clone();
     let mut reports = Vec::new();

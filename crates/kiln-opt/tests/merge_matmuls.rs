@@ -86,3 +86,45 @@ fn matmuls_that_must_not_merge_are_left_alone() {
     assert_eq!(count(&out, "matmul"), 2, "only one member has its bias add alone: {out}");
     assert_eq!(max_rel_err(&g, &out, &xs), 0.0);
 }
+
+/// Two `Linear`-style projections of `x [3, 6]`: weights stored `[n, 6]` and used transposed.
+fn transposed_siblings(seed: u64) -> (Graph, Vec<kiln_ir::HostTensor>) {
+    let mut rng = Rng(seed);
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[3, 6])));
+    for n in [4, 5] {
+        let w = g.constant(rand_f32(&mut rng, &[n, 6], -1.0, 1.0));
+        let wt = g.add(Op::Permute(vec![1, 0]), &[w]).unwrap();
+        let y = g.add(Op::MatMul, &[x, wt]).unwrap();
+        g.output(y);
+    }
+    (g, vec![rand_f32(&mut rng, &[3, 6], -1.0, 1.0)])
+}
+
+#[test]
+fn weights_seen_through_views_merge_into_one_row_major_weight() {
+    let (g, xs) = transposed_siblings(21);
+    let out = merge(&g);
+    assert_eq!((count(&out, "matmul"), count(&out, "permute"), count(&out, "slice")), (1, 0, 2), "{out}");
+    let w = out.consts.iter().find(|t| t.shape() == [6, 9]).expect("the merged weight");
+    assert!(w.is_dense());
+    // The GEMM may sum in another order for another rhs layout: not bit-exact.
+    assert!(max_rel_err(&g, &out, &xs) < 1e-6);
+}
+
+#[test]
+fn compiling_the_same_weights_again_shares_the_merged_weight_while_it_is_held() {
+    let (g, xs) = transposed_siblings(22);
+    let merged = |out: &Graph| out.consts.iter().find(|t| t.shape() == [6, 9]).expect("the merged weight").clone();
+    let first = merge(&g);
+    let second = merge(&g);
+    // The second compile found the first one's weight (same storage), and computes the same.
+    assert!(std::sync::Arc::ptr_eq(&merged(&first).storage, &merged(&second).storage));
+    assert!(max_rel_err(&g, &second, &xs) < 1e-6);
+    // Other weights are other keys.
+    let (h, _) = transposed_siblings(23);
+    assert!(!std::sync::Arc::ptr_eq(&merged(&merge(&h)).storage, &merged(&first).storage));
+    // Once nothing holds it, a compile makes it again, still right.
+    drop((first, second));
+    assert!(max_rel_err(&g, &merge(&g), &xs) < 1e-6);
+}

@@ -37,7 +37,7 @@ impl Pass for Layout {
                     if rank < 2 || value.layout.strides[rank - 1] == 1 || value.numel() == 0 {
                         return Ok(Step::Copy);
                     }
-                    let value = value.contiguous();
+                    let value = crate::memo::derived("layout", &[&value], || Ok(value.contiguous()))?;
                     bytes += value.numel() * value.dtype().size_of();
                     let d = rw.constant(value);
                     packed.insert(b, d);
@@ -60,7 +60,7 @@ impl Pass for Layout {
 
 /// The value of `id` when it is a constant seen through views only (no arithmetic), as a
 /// strided view of the constant's storage; `None` when anything else is in the way.
-fn const_view(g: &Graph, id: NodeId) -> Result<Option<HostTensor>> {
+pub(crate) fn const_view(g: &Graph, id: NodeId) -> Result<Option<HostTensor>> {
     let node = g.node(id);
     match &node.op {
         Op::Constant(c) => Ok(g.consts.get(c.0 as usize).map(|t| HostTensor::clone(t))),

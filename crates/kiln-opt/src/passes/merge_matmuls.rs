@@ -4,13 +4,16 @@
 //! original value is a slice of the result, a view. Bert's Q, K and V projections are the
 //! case: one GEMM with N = 2304 instead of three with 768, and one launch instead of three.
 //!
-//! Runs after `layout`, when every such weight is a dense row-major constant.
+//! A weight may be a view of a constant (a `Linear`'s transposed weight): the concatenation is
+//! a new dense row-major constant either way. Runs before `layout`, so the merged weights are
+//! made from the model's own weights (which `memo` can key on across compiles) and `layout`
+//! has nothing left to copy for them.
 
 use super::Pass;
+use super::layout::const_view;
 use crate::rewrite::{Rewrite, Step, use_counts};
 use kiln_ir::{BinaryOp, DType, Graph, HostTensor, NodeId, Op, Result, SliceAxis};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// Merges sibling matmuls by constant weights (see the module doc).
 pub struct MergeMatmuls;
@@ -63,13 +66,10 @@ impl Pass for MergeMatmuls {
                 None => {
                     // The first member's matmul (the earliest node of the group).
                     let src = rw.src();
-                    let konst = |id: NodeId| match src.node(id).op {
-                        Op::Constant(c) => src.consts.get(c.0 as usize).cloned(),
-                        _ => None,
-                    };
-                    let weights: Option<Vec<Arc<HostTensor>>> =
+                    let konst = |id: NodeId| const_view(src, id).ok().flatten();
+                    let weights: Option<Vec<HostTensor>> =
                         members.iter().map(|m| konst(src.node(m.mm).inputs[1])).collect();
-                    let biases: Option<Vec<Arc<HostTensor>>> =
+                    let biases: Option<Vec<HostTensor>> =
                         members.iter().filter_map(|m| m.add).map(|(_, b)| konst(b)).collect();
                     // `find` only groups constant weights and biases.
                     let (Some(weights), Some(biases)) = (weights, biases) else {
@@ -100,10 +100,10 @@ impl Pass for MergeMatmuls {
 
 /// Tensors of shape `[.., N_i]` (same leading dims) joined along the last dim, as one dense
 /// tensor `[.., sum N_i]` (the reference concat, as `fold` evaluates constants).
-fn concat_columns(parts: &[Arc<HostTensor>]) -> Result<HostTensor> {
+fn concat_columns(parts: &[HostTensor]) -> Result<HostTensor> {
     let axis = parts[0].shape().len() - 1;
-    let refs: Vec<&HostTensor> = parts.iter().map(|t| t.as_ref()).collect();
-    kiln_cpu::eval(&Op::Concat { axis }, &refs)
+    let refs: Vec<&HostTensor> = parts.iter().collect();
+    crate::memo::derived("merge_matmuls", &refs, || kiln_cpu::eval(&Op::Concat { axis }, &refs))
 }
 
 /// Groups of at least two matmuls to merge, members in node order.
@@ -115,7 +115,7 @@ fn find(g: &Graph) -> Vec<Vec<Member>> {
             users[x.index()].push(NodeId(i as u32));
         }
     }
-    let konst = |id: NodeId| matches!(g.node(id).op, Op::Constant(_));
+    let konst = |id: NodeId| matches!(const_view(g, id), Ok(Some(_)));
     // Key: (left operand, K, dtype, has bias) -> members.
     let mut by_key: HashMap<(NodeId, usize, DType, bool), Vec<Member>> = HashMap::new();
     for (i, n) in g.nodes.iter().enumerate() {
