@@ -13,9 +13,17 @@ use kiln_sched::{Kernel, Program};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The compiled kernels of one program, looked up by name once at load time.
 pub struct NativeKernels {
+    loaded: Arc<Loaded>,
+    /// The values of a size-generic library's symbols, passed to every kernel after its
+    /// buffers (see [`crate::codegen::generic`]); empty for a library of fixed sizes.
+    sizes: Vec<i64>,
+}
+
+struct Loaded {
     fns: HashMap<String, KernelFn>,
     // Declared after `fns` so the functions are dropped before the library they point into.
     _lib: NativeLibrary,
@@ -29,7 +37,14 @@ impl NativeKernels {
         for k in program.kernels() {
             fns.insert(k.name.clone(), lib.kernel(&k.name)?);
         }
-        Ok(NativeKernels { fns, _lib: lib })
+        Ok(NativeKernels { loaded: Arc::new(Loaded { fns, _lib: lib }), sizes: Vec::new() })
+    }
+
+    /// The same library's kernels launched with the symbols of a size-generic library set to
+    /// `sizes` (the library stays loaded once). Every kernel of the programs run through them
+    /// must have been in the program given to [`NativeKernels::load`].
+    pub fn with_sizes(&self, sizes: Vec<i64>) -> NativeKernels {
+        NativeKernels { loaded: self.loaded.clone(), sizes }
     }
 }
 
@@ -47,6 +62,7 @@ impl LaunchKernel for NativeKernels {
         chunks: Option<usize>,
     ) -> Result<()> {
         let f = self
+            .loaded
             .fns
             .get(&kernel.name)
             .ok_or_else(|| Error::Unsupported(format!("kernel {} is not in the compiled library", kernel.name)))?;
@@ -54,6 +70,14 @@ impl LaunchKernel for NativeKernels {
             return Err(Error::Value(format!("kernel {} takes {} buffers, {} were bound", kernel.name, kernel.args.len(), args.len())));
         }
         let f = *f;
+        // A size-generic kernel reads its sizes from one argument after its buffers.
+        let sized: Vec<*mut u8>;
+        let args = if self.sizes.is_empty() {
+            args
+        } else {
+            sized = args.iter().copied().chain([self.sizes.as_ptr() as *mut u8]).collect();
+            &sized[..]
+        };
         let rows = end - begin;
         let chunks = match chunks {
             Some(c) => (c as i64).min(rows),

@@ -33,6 +33,13 @@ pub fn work_per_row(k: &Kernel) -> u64 {
 
 /// The C function for `k` (without the prelude).
 pub fn render_kernel(k: &Kernel) -> Result<String> {
+    render_kernel_sized(k, 0)
+}
+
+/// [`render_kernel`] for a size-generic translation unit ([`super::generic`]): after its
+/// buffers, the kernel reads `symbols` sizes `s0, s1, ..` from one more argument, an array of
+/// `int64_t`.
+pub fn render_kernel_sized(k: &Kernel, symbols: usize) -> Result<String> {
     check_identifier(&k.name)?;
     let mut w = Writer::default();
     w.line(&format!(
@@ -52,6 +59,12 @@ pub fn render_kernel(k: &Kernel) -> Result<String> {
             "{konst}{ty}* {name} = ({konst}{ty}*)args[{i}]; /* {} [{}] */",
             a.dtype, a.len
         ));
+    }
+    if symbols > 0 {
+        w.line(&format!("const int64_t* sizes = (const int64_t*)args[{}];", k.args.len()));
+        for i in 0..symbols {
+            w.line(&format!("const int64_t s{i} = sizes[{i}]; (void)s{i};"));
+        }
     }
     let locals = local_dtypes(k)?;
     let body = |w: &mut Writer| -> Result<()> {

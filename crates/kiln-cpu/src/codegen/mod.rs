@@ -12,8 +12,10 @@
 mod c;
 pub mod common;
 pub mod expr;
+pub mod generic;
 
-pub use c::{PAR_MIN_WORK, render_kernel, work_per_row};
+pub use c::{PAR_MIN_WORK, render_kernel, render_kernel_sized, work_per_row};
+pub use generic::Template;
 
 use kiln_ir::Result;
 use kiln_sched::Program;
@@ -25,13 +27,24 @@ pub const PRELUDE: &str = include_str!("prelude.h");
 
 /// The whole program's kernels (step kernels and extern epilogues) as one C translation unit.
 pub fn render_c(program: &Program) -> Result<String> {
-    render_kernels(program.kernels())
+    render_c_sized(program, 0)
+}
+
+/// [`render_c`] for a size-generic translation unit: every kernel also reads `symbols` sizes
+/// from one more argument (see [`render_kernel_sized`] and [`generic`]).
+pub fn render_c_sized(program: &Program, symbols: usize) -> Result<String> {
+    unit(common::render_each(program.kernels(), |k| render_kernel_sized(k, symbols))?)
 }
 
 /// The prelude and the given kernels as one C translation unit (their names must differ).
 pub fn render_kernels<'a>(kernels: impl IntoIterator<Item = &'a Kernel>) -> Result<String> {
+    unit(common::render_each(kernels, render_kernel)?)
+}
+
+/// The prelude followed by each kernel's text.
+fn unit(texts: Vec<String>) -> Result<String> {
     let mut out = String::from(PRELUDE);
-    for text in common::render_each(kernels, render_kernel)? {
+    for text in texts {
         out.push('\n');
         out.push_str(&text);
     }
