@@ -74,6 +74,41 @@ pub struct EntryInfo {
     pub guard: Guard,
     pub sizes: usize,
     pub reruns: bool,
+    /// With dynamic dims: the size-generic kernels new sizes run on, or why there are none.
+    pub generic: Option<GenericInfo>,
+}
+
+/// An entry's size-generic kernels: one C library whose kernels take the dynamic sizes as
+/// arguments.
+#[derive(Clone, Debug)]
+pub enum GenericInfo {
+    Built {
+        /// Which input dims each size argument is (`s0 = input 0 dim 0`).
+        symbols: String,
+        /// Input sizes run on it (each traced and scheduled, none compiled by the C compiler).
+        sizes: usize,
+        /// Fitting it and compiling its C (or finding it in the disk cache).
+        build_time: Duration,
+        /// The library's disk-cache outcome.
+        library: String,
+        /// Its C source.
+        source: String,
+    },
+    /// Why the entry has none: each new size is compiled on its own.
+    Refused(String),
+}
+
+impl fmt::Display for GenericInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GenericInfo::Built { symbols, sizes, build_time, library, .. } => write!(
+                f,
+                "size-generic kernels ({symbols}), built in {:.1} ms (library: {library}), {sizes} size(s) run on them",
+                build_time.as_secs_f64() * 1e3
+            ),
+            GenericInfo::Refused(why) => write!(f, "no size-generic kernels: {why}"),
+        }
+    }
 }
 
 /// What `CompiledFn::explain` reports.
@@ -118,6 +153,9 @@ impl fmt::Display for Explanation {
         for e in &self.entries {
             let runs = if e.reruns { "re-runs the function (breaks)" } else { "runs the compiled graph only" };
             writeln!(f, "  guards: {}; {} size(s) compiled; {runs}", e.guard, e.sizes)?;
+            if let Some(g) = &e.generic {
+                writeln!(f, "    {g}")?;
+            }
         }
         writeln!(f, "recompiles: {}", self.recompiles.len())?;
         for r in &self.recompiles {
@@ -126,7 +164,7 @@ impl fmt::Display for Explanation {
         if self.specialisations > 0 {
             writeln!(
                 f,
-                "dynamic dims: {} new size(s) compiled without a recompile (the generated code is specialised per size underneath)",
+                "dynamic dims: {} new size(s) compiled on their own without a recompile (not on size-generic kernels)",
                 self.specialisations
             )?;
         }

@@ -25,17 +25,19 @@
 //! Inputs that fail every entry's guards recompile (counted, and logged on `kiln::recompiles`:
 //! `KILN_LOGS=recompiles`); past the recompile limit (default 8 entries) kiln warns once and
 //! runs new inputs eagerly. Dynamic dims (`.dynamic(true)`, `.mark_dynamic(i, d)`, or automatic:
-//! a dim seen with two sizes) make an entry accept any size there without a recompile; the
-//! generated code is still specialised per size underneath (one plan per size seen).
+//! a dim seen with two sizes) make an entry accept any size there without a recompile; on the
+//! CPU its new sizes run on one C library whose kernels take the sizes as arguments ([`generic`]),
+//! each size traced and scheduled but not compiled again.
 
 mod breaks;
 mod explain;
+mod generic;
 mod guards;
 mod segments;
 
 pub use breaks::Break;
 pub(crate) use breaks::read_traced;
-pub use explain::{BreakInfo, EntryInfo, Explanation, GraphInfo};
+pub use explain::{BreakInfo, EntryInfo, Explanation, GenericInfo, GraphInfo};
 pub use guards::{DimGuard, Guard, InputGuard};
 
 use crate::compile::{CompileOptions, Compiled, Mode};
@@ -189,6 +191,23 @@ struct Entry {
     id: u64,
     guard: Guard,
     plans: Vec<(Vec<Vec<usize>>, Plan)>,
+    /// With dynamic dims: the size-generic library new sizes run on.
+    generic: Generic,
+}
+
+impl Entry {
+    fn new(id: u64, guard: Guard, plans: Vec<(Vec<Vec<usize>>, Plan)>) -> Entry {
+        Entry { id, guard, plans, generic: Generic::Untried }
+    }
+}
+
+/// An entry's size-generic library ([`generic`]).
+#[derive(Clone)]
+enum Generic {
+    Untried,
+    /// Why there is none (new sizes are compiled one by one).
+    Refused(String),
+    Built { plan: generic::GenericPlan, sizes: usize },
 }
 
 #[derive(Clone)]
@@ -216,6 +235,8 @@ struct State {
 /// What a call does, decided under the lock.
 enum Action {
     Run(Arc<Compiled>),
+    /// A new size under dynamic dims: on the entry's size-generic library if it can.
+    NewSize { entry: u64 },
     Capture { entry: u64, store: bool },
     Eager,
 }
@@ -241,17 +262,96 @@ impl Shared {
                 Ok(c.run(&hosts)?.into_iter().map(Tensor::from_host).collect())
             }
             Action::Eager => f(xs),
+            Action::NewSize { entry } => {
+                if let Some(c) = self.generic_plan(entry, xs, f) {
+                    let hosts: Vec<HostTensor> = xs.iter().filter_map(|x| x.data().cloned()).collect();
+                    let outs = c.run(&hosts)?;
+                    self.store(entry, xs, Plan::Whole(c));
+                    return Ok(outs.into_iter().map(Tensor::from_host).collect());
+                }
+                // Compiled for this size alone.
+                let mut st = self.lock();
+                if st.entries.iter().any(|e| e.id == entry && !e.plans.is_empty()) {
+                    st.specialisations += 1;
+                }
+                drop(st);
+                let (outs, plan) = self.capture(xs, f)?;
+                self.store(entry, xs, plan);
+                Ok(outs)
+            }
             Action::Capture { entry, store } => {
                 let (outs, plan) = self.capture(xs, f)?;
                 if store {
-                    let mut st = self.lock();
-                    if let Some(e) = st.entries.iter_mut().find(|e| e.id == entry) {
-                        e.plans.push((xs.iter().map(Tensor::dims).collect(), plan));
-                    }
+                    self.store(entry, xs, plan);
                 }
                 Ok(outs)
             }
         }
+    }
+
+    /// Keeps `plan` as the entry's plan for calls of `xs`' sizes.
+    fn store(&self, entry: u64, xs: &[Tensor], plan: Plan) {
+        let mut st = self.lock();
+        if let Some(e) = st.entries.iter_mut().find(|e| e.id == entry) {
+            e.plans.push((xs.iter().map(Tensor::dims).collect(), plan));
+        }
+    }
+
+    /// The plan of a new size under the entry's dynamic dims on its size-generic library
+    /// (fitted and compiled on first use); `None` when there is none, or this size's code is
+    /// not the library's: the caller then compiles the size on its own.
+    fn generic_plan(&self, entry: u64, xs: &[Tensor], f: &dyn Fn(&[Tensor]) -> Result<Vec<Tensor>>) -> Option<Arc<Compiled>> {
+        let (guard, state) = {
+            let st = self.lock();
+            let e = st.entries.iter().find(|e| e.id == entry)?;
+            (e.guard.clone(), e.generic.clone())
+        };
+        let opts = &self.opts.compile;
+        let plan = match state {
+            Generic::Refused(_) => return None,
+            Generic::Built { plan, .. } => plan,
+            Generic::Untried => {
+                let built = generic::GenericPlan::build(&guard, xs, f, opts);
+                let mut st = self.lock();
+                let e = st.entries.iter_mut().find(|e| e.id == entry)?;
+                match built {
+                    Ok(plan) => {
+                        tracing::info!(
+                            target: "kiln::recompiles",
+                            "function compiled at {}: size-generic kernels for {} in {:.1} ms (library {})",
+                            self.name,
+                            plan.describe(),
+                            plan.kernels.build_time().as_secs_f64() * 1e3,
+                            plan.kernels.cache_outcome()
+                        );
+                        e.generic = Generic::Built { plan: plan.clone(), sizes: 0 };
+                        plan
+                    }
+                    Err(why) => {
+                        tracing::info!(target: "kiln::recompiles", "function compiled at {}: no size-generic kernels ({why}); each new size compiles on its own", self.name);
+                        e.generic = Generic::Refused(why.to_string());
+                        return None;
+                    }
+                }
+            }
+        };
+        let start = Instant::now();
+        let (graph, compiled) = match plan.compile(xs, f, opts) {
+            Ok(Some(c)) => c,
+            Ok(None) => return None,
+            Err(why) => {
+                tracing::debug!(target: "kiln::recompiles", "function compiled at {}: size {:?} not on the size-generic kernels ({why})", self.name, plan.sizes_of(xs));
+                return None;
+            }
+        };
+        let info = explain::GraphInfo::new(&graph, compiled.report(), start.elapsed());
+        tracing::info!(target: "kiln::graph", "{}: graph for sizes {:?} on the size-generic kernels: {info}", self.name, plan.sizes_of(xs));
+        let mut st = self.lock();
+        st.segments.infos.push(info);
+        if let Some(Entry { generic: Generic::Built { sizes, .. }, .. }) = st.entries.iter_mut().find(|e| e.id == entry) {
+            *sizes += 1;
+        }
+        Some(Arc::new(compiled))
     }
 
     /// Finds the entry whose guards hold (newest first) and its plan, or makes a new entry.
@@ -264,13 +364,13 @@ impl Shared {
             return match plan {
                 Some(Plan::Whole(c)) => Action::Run(c),
                 Some(Plan::Rerun) => Action::Capture { entry, store: false },
-                None => {
-                    // A new size under dynamic dims (a failed first capture left no plan).
-                    if !e.plans.is_empty() {
-                        st.specialisations += 1;
-                    }
+                // A function with breaks is re-run: its segments are cached by hash instead.
+                None if e.plans.iter().any(|p| matches!(p.1, Plan::Rerun)) => {
+                    st.specialisations += 1;
                     Action::Capture { entry, store: true }
                 }
+                // A new size under dynamic dims (a failed first capture left no plan).
+                None => Action::NewSize { entry },
             };
         }
         if st.entries.len() >= self.opts.recompile_limit {
@@ -289,8 +389,10 @@ impl Shared {
         st.next_entry += 1;
         let dynamic = |i, d| self.opts.dynamic == Some(true) || self.opts.marked.contains(&(i, d));
         if st.entries.is_empty() {
-            st.entries.push(Entry { id, guard: Guard::new(xs, dynamic), plans: Vec::new() });
-            return Action::Capture { entry: id, store: true };
+            let guard = Guard::new(xs, dynamic);
+            let dynamic = guard.is_dynamic();
+            st.entries.push(Entry::new(id, guard, Vec::new()));
+            return if dynamic { Action::NewSize { entry: id } } else { Action::Capture { entry: id, store: true } };
         }
         // Automatic dynamic shapes: the newest entry that differs only in sizes is generalised
         // (those dims become dynamic) and replaced, keeping its plans.
@@ -307,12 +409,13 @@ impl Shared {
             Some(i) => {
                 let old = st.entries.remove(i);
                 let guard = old.guard.generalise(xs).unwrap_or_else(|| Guard::new(xs, dynamic));
-                Entry { id, guard, plans: old.plans }
+                Entry::new(id, guard, old.plans)
             }
-            None => Entry { id, guard: Guard::new(xs, dynamic), plans: Vec::new() },
+            None => Entry::new(id, Guard::new(xs, dynamic), Vec::new()),
         };
+        let dynamic = entry.guard.is_dynamic() && !entry.plans.iter().any(|p| matches!(p.1, Plan::Rerun));
         st.entries.push(entry);
-        Action::Capture { entry: id, store: true }
+        if dynamic { Action::NewSize { entry: id } } else { Action::Capture { entry: id, store: true } }
     }
 
     /// Runs `f` under capture on `xs`: returns its results and how later calls with these
@@ -367,6 +470,17 @@ impl Shared {
                     guard: e.guard.clone(),
                     sizes: e.plans.len(),
                     reruns: e.plans.iter().any(|p| matches!(p.1, Plan::Rerun)),
+                    generic: match &e.generic {
+                        Generic::Untried => None,
+                        Generic::Refused(why) => Some(GenericInfo::Refused(why.clone())),
+                        Generic::Built { plan, sizes } => Some(GenericInfo::Built {
+                            symbols: plan.describe(),
+                            sizes: *sizes,
+                            build_time: plan.kernels.build_time(),
+                            library: plan.kernels.cache_outcome().to_string(),
+                            source: plan.kernels.source().to_string(),
+                        }),
+                    },
                 })
                 .collect(),
             recompiles: st.recompiles.clone(),

@@ -40,6 +40,11 @@ enum Runner {
 }
 
 impl Compiled {
+    /// A compiled program and its report.
+    pub(super) fn from_program(exe: Executable, report: CompileReport) -> Compiled {
+        Compiled { runner: Runner::Program(exe), report }
+    }
+
     /// Runs on `inputs` (in the graph's input order).
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
         match &self.runner {
@@ -135,7 +140,7 @@ fn eager_fallback(graph: &Graph, mode: Mode, eager_kernels: usize, why: &str) ->
 
 /// The disk cache `opts` names (else the default one), or a temporary one when that cannot
 /// be used (said once per compile in the log).
-fn open_cache(opts: &CompileOptions) -> Result<DiskCache> {
+pub(super) fn open_cache(opts: &CompileOptions) -> Result<DiskCache> {
     match opts.cache_dir.as_ref().map(DiskCache::open).unwrap_or_else(DiskCache::open_default) {
         Ok(cache) => Ok(cache),
         Err(e) => {
@@ -146,7 +151,7 @@ fn open_cache(opts: &CompileOptions) -> Result<DiskCache> {
 }
 
 /// `hit`, `miss` or `rebuilt (why)`, as the report and `kiln bench` show a cache outcome.
-fn cache_label(outcome: &CacheOutcome) -> String {
+pub(super) fn cache_label(outcome: &CacheOutcome) -> String {
     match outcome {
         CacheOutcome::Hit => "hit".to_string(),
         CacheOutcome::Miss => "miss".to_string(),
@@ -187,18 +192,9 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
     tracing::info!(target: "kiln::output_code", "generated C ({} kernels):\n{source}", program.kernels().count());
 
     let t = Instant::now();
-    let key = CacheKey::new("cpu-lib")
-        .part("source", &source)
-        .part("kiln", env!("CARGO_PKG_VERSION"))
-        .part("cc", &toolchain.id())
-        .part("cpu", &kiln_cpu::toolchain::cpu_features());
     let cache = open_cache(opts)?;
-    let built = cache.get_or_build(&key, "kernels.so", |path: &std::path::Path| {
-        // The probe runs only when something must be built; its error says what to install.
-        c_toolchain_works().map_err(|why| kiln_ir::Error::Unsupported(why.to_string()))?;
-        toolchain.compile_shared(&source, path)
-    });
-    let (lib_path, outcome) = match built {
+    let key = library_key(&source, toolchain);
+    let (lib_path, outcome) = match build_library(&source, &key, toolchain, &cache) {
         Ok(r) => r,
         Err(e) => match c_toolchain_works() {
             // The compiler cannot build anything here: run eagerly, as without a compiler.
@@ -225,6 +221,29 @@ pub fn compile(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions
     report.times = times;
     tracing::info!(target: "kiln::graph", "compiled in {:.1} ms", report.times.total().as_secs_f64() * 1e3);
     Ok(Compiled { runner: Runner::Program(exe), report })
+}
+
+/// The disk-cache key of the shared library built from `source`: everything that changes it.
+pub(super) fn library_key(source: &str, toolchain: &Toolchain) -> CacheKey {
+    CacheKey::new("cpu-lib")
+        .part("source", source)
+        .part("kiln", env!("CARGO_PKG_VERSION"))
+        .part("cc", &toolchain.id())
+        .part("cpu", &kiln_cpu::toolchain::cpu_features())
+}
+
+/// The shared library of `source`: from the disk cache, else built by the C compiler (whose
+/// probe runs only then: its error says what to install).
+pub(super) fn build_library(
+    source: &str,
+    key: &CacheKey,
+    toolchain: &Toolchain,
+    cache: &DiskCache,
+) -> Result<(std::path::PathBuf, CacheOutcome)> {
+    cache.get_or_build(key, "kernels.so", |path: &std::path::Path| {
+        c_toolchain_works().map_err(|why| kiln_ir::Error::Unsupported(why.to_string()))?;
+        toolchain.compile_shared(source, path)
+    })
 }
 
 /// [`compile`] for a CUDA device: the same front half, then CUDA C through NVRTC and library

@@ -9,6 +9,7 @@
 //! warning saying what to install.
 
 mod driver;
+pub mod generic;
 pub mod logs;
 mod mode;
 mod report;
@@ -16,6 +17,7 @@ pub mod specialize;
 mod tune;
 
 pub use driver::{CompileOptions, Compiled, c_toolchain, c_toolchain_works, check_device, compile, plan};
+pub use generic::GenericKernels;
 pub use mode::Mode;
 pub use report::{CompileReport, StageTimes};
 pub use tune::{BUDGET_ENV as AUTOTUNE_BUDGET_ENV, DEFAULT_BUDGET as AUTOTUNE_DEFAULT_BUDGET};
