@@ -60,6 +60,9 @@ pub struct Metrics {
     pub queue_depth: Family<ModelLabel, Gauge>,
     /// Seconds to compile a model for one batch size.
     pub compile_seconds: Family<CompileLabels, Gauge<f64, AtomicU64>>,
+    /// Batch sizes of a model that run on its size-generic kernels (one C library for every
+    /// batch size; the others were compiled on their own).
+    pub size_generic_batches: Family<ModelLabel, Gauge>,
     /// Seconds of warm-up passes of a model (after compiling).
     pub warmup_seconds: Family<ModelLabel, Gauge<f64, AtomicU64>>,
     /// 1 when a model is ready.
@@ -146,6 +149,7 @@ impl Metrics {
         let batch_size: HistogramFamily<ModelLabel> = Family::new_with_constructor(batch_histogram);
         let queue_depth = Family::<ModelLabel, Gauge>::default();
         let compile_seconds = Family::<CompileLabels, Gauge<f64, AtomicU64>>::default();
+        let size_generic_batches = Family::<ModelLabel, Gauge>::default();
         let warmup_seconds = Family::<ModelLabel, Gauge<f64, AtomicU64>>::default();
         let model_ready = Family::<ModelLabel, Gauge>::default();
         let resident_bytes = Gauge::default();
@@ -154,6 +158,11 @@ impl Metrics {
         r.register("batch_size", "Rows per batch run", batch_size.clone());
         r.register("queue_depth", "Requests waiting in the model's queue", queue_depth.clone());
         r.register("compile_seconds", "Seconds to compile the model for one batch size", compile_seconds.clone());
+        r.register(
+            "size_generic_batches",
+            "Batch sizes of the model run on one size-generic kernel library (the others compiled on their own)",
+            size_generic_batches.clone(),
+        );
         r.register("warmup_seconds", "Seconds of warm-up passes before the model was ready", warmup_seconds.clone());
         r.register("model_ready", "1 when the model is ready", model_ready.clone());
         r.register("process_resident_memory_bytes", "Resident memory of the server (CPU device memory)", resident_bytes.clone());
@@ -165,6 +174,7 @@ impl Metrics {
             batch_size,
             queue_depth,
             compile_seconds,
+            size_generic_batches,
             warmup_seconds,
             model_ready,
             resident_bytes,

@@ -9,14 +9,14 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use kiln::compile::{CompileOptions, Compiled};
+use kiln::compile::{CompileOptions, Compiled, GenericKernels};
 use kiln_ir::HostTensor;
 use tokio::sync::oneshot;
 
 use crate::batcher::{self, Job, Plans};
 use crate::config::ServeConfig;
 use crate::error::{ServeError, ServeResult};
-use crate::metrics::{CompileLabels, Metrics};
+use crate::metrics::{CompileLabels, Metrics, ModelLabel};
 use crate::model::ModelDef;
 
 const LOADING: u8 = 0;
@@ -134,21 +134,55 @@ fn compile_all(def: &ModelDef, cfg: &ServeConfig, metrics: &Metrics) -> ServeRes
         opt: kiln_opt::OptOptions::from_env().map_err(|e| ServeError::Setup(e.to_string()))?,
         ..CompileOptions::default()
     };
+    let generic = if sizes.len() > 1 { generic_kernels(def, &sizes, &opts) } else { None };
     let mut by_size = BTreeMap::new();
+    let mut on_generic = 0;
     for (i, &b) in sizes.iter().enumerate() {
         let start = Instant::now();
         let batch = b.max(1);
         tracing::info!(model = %def.name, batch = b, step = i + 1, of = sizes.len(), mode = ?cfg.mode, device = %cfg.device, "compiling");
         let graph = def.graph_for(batch)?;
         let shapes: Vec<Vec<usize>> = def.inputs.iter().map(|s| s.at_batch(batch)).collect();
-        let compiled: Compiled =
-            kiln::compile::compile(&graph, &shapes, &opts).map_err(|e| ServeError::Setup(format!("compiling '{}' for batch {b}: {e}", def.name)))?;
+        let failed = |e: kiln_ir::Error| ServeError::Setup(format!("compiling '{}' for batch {b}: {e}", def.name));
+        let on_library = match &generic {
+            Some(k) => k.compile(&graph, &shapes, &[batch], &opts).map_err(failed)?,
+            None => None,
+        };
+        on_generic += usize::from(on_library.is_some());
+        let compiled: Compiled = match on_library {
+            Some(c) => c,
+            None => kiln::compile::compile(&graph, &shapes, &opts).map_err(failed)?,
+        };
         let secs = start.elapsed().as_secs_f64();
         metrics.compile_seconds.get_or_create(&CompileLabels { model: def.name.clone(), batch: b.to_string() }).set(secs);
-        tracing::info!(model = %def.name, batch = b, secs, kernels = compiled.kernels(), "compiled");
+        tracing::info!(model = %def.name, batch = b, secs, kernels = compiled.kernels(), cache = ?compiled.report().cache, "compiled");
         by_size.insert(b, compiled);
     }
+    metrics.size_generic_batches.get_or_create(&ModelLabel { model: def.name.clone() }).set(on_generic as i64);
     Ok(Plans { by_size })
+}
+
+/// One C library whose kernels take the batch size as an argument, fitted on the model's
+/// graphs at three batch sizes (see `kiln::compile::generic`); `None` (logged) when the model
+/// has no such form or this target has no such libraries (a GPU, eager mode): each batch size
+/// is then compiled on its own.
+fn generic_kernels(def: &ModelDef, sizes: &[usize], opts: &CompileOptions) -> Option<GenericKernels> {
+    let start = sizes.iter().copied().find(|&b| b >= 2)?;
+    let mut program_at = |b: &[usize]| -> kiln_ir::Result<kiln_sched::Program> {
+        let graph = def.graph_for(b[0]).map_err(|e| kiln_ir::Error::Value(e.to_string()))?;
+        let shapes: Vec<Vec<usize>> = def.inputs.iter().map(|s| s.at_batch(b[0])).collect();
+        Ok(kiln::compile::plan(&graph, &shapes, opts)?.0)
+    };
+    match GenericKernels::build(&[start], &mut program_at, opts) {
+        Ok(k) => {
+            tracing::info!(model = %def.name, secs = k.build_time().as_secs_f64(), library = k.cache_outcome(), "size-generic kernels built");
+            Some(k)
+        }
+        Err(why) => {
+            tracing::info!(model = %def.name, %why, "no size-generic kernels: each batch size compiles on its own");
+            None
+        }
+    }
 }
 
 /// Runs `passes` passes of every plan on zeros.

@@ -425,6 +425,31 @@ async fn concurrent_requests_are_batched_and_match_sequential_ones() {
 }
 
 #[tokio::test]
+async fn compiled_batch_sizes_share_one_size_generic_library_and_match_the_interpreter() {
+    let compiled = ServeConfig { mode: kiln::compile::Mode::Default, max_batch: 8, ..cfg() };
+    let (server, base) = start(compiled, vec![tiny_def()]).await;
+    let c = reqwest::Client::new();
+    let url = format!("{base}/v2/models/tiny/infer");
+    // 1, 2, 3 and 6 rows run on the plans for batches 1, 2, 4 and 8.
+    for rows in [vec![0], vec![1, 2], vec![3, 4, 5], vec![6, 7, 8, 9, 10, 11]] {
+        let (s, out) = post(&c, &url, &json_request(&rows)).await;
+        assert_eq!(s, StatusCode::OK, "{out}");
+        let (y, emb) = reference(&tiny_def(), &rows);
+        for (got, want) in [(floats(&out["outputs"][0]["data"]), y), (floats(&out["outputs"][1]["data"]), emb)] {
+            assert_eq!(got.len(), want.len());
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{rows:?}: {a} vs {b}");
+            }
+        }
+    }
+    // Batches 2, 4 and 8 (at least; batch 1 may need code of its own) ran on one C library
+    // that takes the batch size as an argument.
+    let m = metrics(&c, &base).await;
+    assert!(metric(&m, r#"kiln_size_generic_batches{model="tiny"}"#) >= 3.0, "{m}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn requests_time_out_and_shutdown_drains_in_flight_ones() {
     // The batcher holds a lone request for 400 ms: past a 100 ms timeout, it is answered 503.
     let slow = ServeConfig { max_batch: 8, batch_timeout: Duration::from_millis(400), request_timeout: Duration::from_millis(100), ..cfg() };
