@@ -184,3 +184,19 @@ fn a_function_that_panics_at_other_sizes_keeps_its_dim_fixed() {
         other => panic!("{other:?}\n{e}"),
     }
 }
+
+#[test]
+fn eager_mode_has_no_generic_library_and_says_why() {
+    let (o, _dir) = opts("eager");
+    let f = |x: &Tensor| x.exp();
+    let fast = kiln::compile(f).options(o).mode(Mode::Eager).mark_dynamic(0, 0);
+    for b in [2, 3] {
+        let x = rand(&[b], b as u64);
+        assert_close(&fast.call(&x).unwrap(), &f(&x).unwrap(), 1e-6);
+    }
+    let e = fast.explain();
+    match &e.entries[0].generic {
+        Some(GenericInfo::Refused(why)) => assert!(why.contains("for the CPU in default mode (not cpu in eager mode)"), "{why}"),
+        other => panic!("{other:?}\n{e}"),
+    }
+}

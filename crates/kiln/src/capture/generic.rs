@@ -35,6 +35,7 @@ pub(crate) struct GenericPlan {
 impl GenericPlan {
     /// Fits and compiles the library for `f` from the call on `xs` under `guard`.
     pub(crate) fn build(guard: &Guard, xs: &[Tensor], f: TracedFn<'_>, opts: &CompileOptions) -> Result<GenericPlan> {
+        GenericKernels::check_target(opts)?;
         let mut candidates: Vec<(usize, SymbolDims)> = Vec::new();
         for (i, g) in guard.inputs.iter().enumerate() {
             for (d, dim) in g.dims.iter().enumerate() {

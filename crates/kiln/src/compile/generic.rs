@@ -57,12 +57,7 @@ impl GenericKernels {
     /// its size literals, more than [`kiln_cpu::codegen::generic::MAX_SYMBOLS`] symbols, a GPU
     /// or eager target.
     pub fn fit(now: &[usize], program_at: &mut dyn FnMut(&[usize]) -> Result<Program>, opts: &CompileOptions) -> Result<Fit> {
-        if opts.device != crate::Device::Cpu || !matches!(opts.mode, Mode::Default | Mode::ReduceOverhead) {
-            return Err(Error::Unsupported(format!(
-                "size-generic kernels are built for the CPU in default mode (not {} in {:?})",
-                opts.device, opts.mode
-            )));
-        }
+        GenericKernels::check_target(opts)?;
         let k = now.len();
         if k == 0 || k > kiln_cpu::codegen::generic::MAX_SYMBOLS {
             return Err(Error::Unsupported(format!(
@@ -85,6 +80,18 @@ impl GenericKernels {
         let template = Template::fit(&as_i64(&lo), &corners, (&as_i64(&check), &check_src))?;
         let base = base.ok_or_else(|| Error::Value("size-generic kernels: no sample".into()))?;
         Ok(Fit { template, base })
+    }
+
+    /// Ok when `opts` compile for a target that has size-generic kernels: the CPU, in default
+    /// (or reduce-overhead) mode.
+    pub fn check_target(opts: &CompileOptions) -> Result<()> {
+        if opts.device != crate::Device::Cpu || !matches!(opts.mode, Mode::Default | Mode::ReduceOverhead) {
+            return Err(Error::Unsupported(format!(
+                "size-generic kernels are built for the CPU in default mode (not {} in {} mode)",
+                opts.device, opts.mode
+            )));
+        }
+        Ok(())
     }
 
     /// Compiles a fitted template's C (or finds it in the disk cache) and loads it; `start` is
