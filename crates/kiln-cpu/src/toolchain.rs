@@ -12,6 +12,10 @@ pub type KernelFn = unsafe extern "C" fn(*const *mut c_void, i64, i64);
 
 /// Flags for every compile. No `-ffast-math` (it would break NaN/Inf semantics);
 /// `-ffp-contract=off` keeps `a*b+c` two roundings, as the interpreter computes it.
+/// `-fno-trapping-math` says no floating-point exception is observed (kiln never reads the
+/// flags or enables traps), which changes no value; without it GCC does not if-convert a
+/// float comparison on a CPU without AVX-512's masks, so a loop with a select (the prelude's
+/// exp and erfc, a Where) was not vectorised at all on AVX2 (GCC 12: "control flow in loop").
 const FLAGS: &[&str] = &[
     "-O3",
     "-march=native",
@@ -19,6 +23,7 @@ const FLAGS: &[&str] = &[
     "-fPIC",
     "-shared",
     "-fno-math-errno",
+    "-fno-trapping-math",
     "-ffp-contract=off",
     "-std=gnu11",
 ];

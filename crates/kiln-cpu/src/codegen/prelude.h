@@ -149,7 +149,8 @@ KC_FN double kc_atanh(double x) { return 0.5 * log1p((2.0 * x) / (1.0 - x)); }
 /* ---- f32 exp, erfc, erf, sigmoid without libm calls ----
  * libm's expf and erfc are calls, so a loop around them does not vectorise (GELU's erfc and
  * softmax's exp were ~9% of bert-base). These are branch-free (selects and bit masks only)
- * and GCC vectorises them inside the generated loops. They are not bit-exact with the
+ * and GCC vectorises them inside the generated loops (on AVX2, only because kiln compiles with
+ * -fno-trapping-math: see toolchain.rs; without it bert-base's GELU epilogue ran 5x slower). They are not bit-exact with the
  * interpreter (Rust's f32::exp, the f64 erfc/erf rounded to f32). Max errors over all 2^32
  * f32 inputs, in ulps of the f64 function's value where that is a normal float (below, in
  * ulps of the smallest normal: all under 1.8), and against the interpreter's f32 results:
