@@ -141,8 +141,7 @@ fn compile_all(def: &ModelDef, cfg: &ServeConfig, metrics: &Metrics) -> ServeRes
         let start = Instant::now();
         let batch = b.max(1);
         tracing::info!(model = %def.name, batch = b, step = i + 1, of = sizes.len(), mode = ?cfg.mode, device = %cfg.device, "compiling");
-        let graph = def.graph_for(batch)?;
-        let shapes: Vec<Vec<usize>> = def.inputs.iter().map(|s| s.at_batch(batch)).collect();
+        let (graph, shapes) = graph_at(def, batch)?;
         let failed = |e: kiln_ir::Error| ServeError::Setup(format!("compiling '{}' for batch {b}: {e}", def.name));
         let on_library = match &generic {
             Some(k) => k.compile(&graph, &shapes, &[batch], &opts).map_err(failed)?,
@@ -162,6 +161,11 @@ fn compile_all(def: &ModelDef, cfg: &ServeConfig, metrics: &Metrics) -> ServeRes
     Ok(Plans { by_size })
 }
 
+/// The model's graph at `batch` and its inputs' shapes there.
+fn graph_at(def: &ModelDef, batch: usize) -> ServeResult<(kiln_ir::Graph, Vec<Vec<usize>>)> {
+    Ok((def.graph_for(batch)?, def.inputs.iter().map(|s| s.at_batch(batch)).collect()))
+}
+
 /// One C library whose kernels take the batch size as an argument, fitted on the model's
 /// graphs at three batch sizes (see `kiln::compile::generic`); `None` (logged) when the model
 /// has no such form or this target has no such libraries (a GPU, eager mode): each batch size
@@ -169,8 +173,7 @@ fn compile_all(def: &ModelDef, cfg: &ServeConfig, metrics: &Metrics) -> ServeRes
 fn generic_kernels(def: &ModelDef, sizes: &[usize], opts: &CompileOptions) -> Option<GenericKernels> {
     let start = sizes.iter().copied().find(|&b| b >= 2)?;
     let mut program_at = |b: &[usize]| -> kiln_ir::Result<kiln_sched::Program> {
-        let graph = def.graph_for(b[0]).map_err(|e| kiln_ir::Error::Value(e.to_string()))?;
-        let shapes: Vec<Vec<usize>> = def.inputs.iter().map(|s| s.at_batch(b[0])).collect();
+        let (graph, shapes) = graph_at(def, b[0]).map_err(|e| kiln_ir::Error::Value(e.to_string()))?;
         Ok(kiln::compile::plan(&graph, &shapes, opts)?.0)
     };
     match GenericKernels::build(&[start], &mut program_at, opts) {

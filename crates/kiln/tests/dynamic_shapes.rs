@@ -33,6 +33,14 @@ fn generic(e: &Explanation) -> (String, usize, String) {
     }
 }
 
+/// Why the entry has no size-generic kernels.
+fn refused(e: &Explanation) -> String {
+    match &e.entries[0].generic {
+        Some(GenericInfo::Refused(why)) => why.clone(),
+        other => panic!("size-generic kernels where none were expected: {other:?}\n{e}"),
+    }
+}
+
 /// An MLP block: linear, GELU, linear, residual, layer norm, softmax.
 struct Block {
     up: Linear,
@@ -125,11 +133,8 @@ fn a_function_that_reads_data_has_no_generic_library_and_stays_correct() {
         let x = rand(&[b], b as u64);
         assert_close(&fast.call(&x).unwrap(), &f(&x).unwrap(), 1e-6);
     }
-    let e = fast.explain();
-    match &e.entries[0].generic {
-        Some(GenericInfo::Refused(why)) => assert!(why.contains("placeholders"), "{why}"),
-        other => panic!("{other:?}\n{e}"),
-    }
+    let why = refused(&fast.explain());
+    assert!(why.contains("placeholders"), "{why}");
 }
 
 fn tiny_resnet() -> resnet::ResNetConfig {
@@ -178,11 +183,8 @@ fn a_function_that_panics_at_other_sizes_keeps_its_dim_fixed() {
         let x = rand(&[3, w], w as u64);
         assert_close(&fast.call(&x).unwrap(), &f(&x).unwrap(), 1e-6);
     }
-    let e = fast.explain();
-    match &e.entries[0].generic {
-        Some(GenericInfo::Refused(why)) => assert!(why.contains("can change size on its own"), "{why}"),
-        other => panic!("{other:?}\n{e}"),
-    }
+    let why = refused(&fast.explain());
+    assert!(why.contains("can change size on its own"), "{why}");
 }
 
 #[test]
@@ -194,9 +196,6 @@ fn eager_mode_has_no_generic_library_and_says_why() {
         let x = rand(&[b], b as u64);
         assert_close(&fast.call(&x).unwrap(), &f(&x).unwrap(), 1e-6);
     }
-    let e = fast.explain();
-    match &e.entries[0].generic {
-        Some(GenericInfo::Refused(why)) => assert!(why.contains("for the CPU in default mode (not cpu in eager mode)"), "{why}"),
-        other => panic!("{other:?}\n{e}"),
-    }
+    let why = refused(&fast.explain());
+    assert!(why.contains("for the CPU in default mode (not cpu in eager mode)"), "{why}");
 }

@@ -56,12 +56,14 @@ impl GenericPlan {
         let all: Vec<SymbolDims> = candidates.into_iter().map(|c| c.1).collect();
         // A symbol the function cannot take at another size stays fixed.
         let mut symbols = Vec::new();
+        let mut symbol_now = Vec::new();
         let mut fixed = Vec::new();
         for (j, dims) in all.iter().enumerate() {
             let mut sizes = now.clone();
             sizes[j] = now[j].max(2) + 1;
             if trace_at(f, xs, &shapes_at(xs, &all, &sizes)).is_ok() {
                 symbols.push(dims.clone());
+                symbol_now.push(now[j]);
             } else {
                 fixed.extend(dims.iter().map(|&id| (id, now[j])));
             }
@@ -72,7 +74,7 @@ impl GenericPlan {
         // All symbols; when their code is not multilinear in them (a conv's output size in its
         // input's), the largest set found adding them one at a time, the others fixed.
         let start = Instant::now();
-        let now: Vec<usize> = symbols.iter().map(|dims| xs[dims[0].0].shape()[dims[0].1]).collect();
+        let now = symbol_now;
         let fit_with = |kept: &[usize]| -> Result<Fit> {
             let dims: Vec<SymbolDims> = kept.iter().map(|&j| symbols[j].clone()).collect();
             let mut program_at = |sizes: &[usize]| -> Result<Program> {
