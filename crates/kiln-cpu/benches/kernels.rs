@@ -73,6 +73,44 @@ fn main() {
         report("bert ffn1 W^T (strided rhs)", 2.0 * 128.0 * 768.0 * 3072.0, median_secs(&Op::MatMul, &[&a, &wt]));
     }
 
+    // kiln's packed GEMM (weights packed once) against the gemm crate on the same operands,
+    // alternated so both see the same machine state.
+    if kiln_cpu::gemm::supported() {
+        let shapes: [(&str, usize, usize, usize); 5] = [
+            ("packed bert qkv [128,768]x[768,2304]", 128, 768, 2304),
+            ("packed bert ffn1 [128,768]x[768,3072]", 128, 768, 3072),
+            ("packed bert ffn2 [128,3072]x[3072,768]", 128, 3072, 768),
+            ("packed pooler [1,768]x[768,768]", 1, 768, 768),
+            ("packed resnet fc [1,2048]x[2048,1000]", 1, 2048, 1000),
+        ];
+        for (name, m, k, n) in shapes {
+            if !wanted(name) {
+                continue;
+            }
+            let (a, b) = (tensor(&[m, k], 1), tensor(&[k, n], 2));
+            let (av, bv) = (a.to_vec::<f32>().expect("f32"), b.to_vec::<f32>().expect("f32"));
+            let packed = kiln_cpu::gemm::PackedB::from_rows(k, n, &bv).expect("sizes fit");
+            let mut c = vec![0.0f32; m * n];
+            let (mut ours, mut crate_) = (Vec::new(), Vec::new());
+            for _ in 0..15 {
+                let t = Instant::now();
+                // SAFETY: a is [m, k], c is [m, n], both dense.
+                unsafe { kiln_cpu::gemm::gemm(m, av.as_ptr(), k, &packed, c.as_mut_ptr(), n) };
+                ours.push(t.elapsed().as_secs_f64());
+                let t = Instant::now();
+                drop(eval(&Op::MatMul, &[&a, &b]).expect("bench op runs"));
+                crate_.push(t.elapsed().as_secs_f64());
+            }
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2]
+            };
+            let flops = 2.0 * (m * k * n) as f64;
+            report(name, flops, med(&mut ours));
+            report("  (gemm crate, same shapes)", flops, med(&mut crate_));
+        }
+    }
+
     // (name, C, H=W, O, k, stride, pad, groups)
     type ConvCase = (&'static str, usize, usize, usize, usize, usize, usize, usize);
     let convs: [ConvCase; 9] = [

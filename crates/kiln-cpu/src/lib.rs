@@ -4,6 +4,7 @@
 pub mod compiled;
 pub mod codegen;
 pub mod eval;
+pub mod gemm;
 pub mod interpreter;
 pub mod kernels;
 pub mod native;

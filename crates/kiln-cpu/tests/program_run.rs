@@ -810,6 +810,75 @@ fn matmul_extern_with_transposed_b_batch_broadcast_and_epilogue() {
     assert_close(&got[0], &eval(&Op::MatMul, &[&a2, &b2]).unwrap(), 1e-6);
 }
 
+#[test]
+fn matmul_extern_with_a_constant_b_packs_it_once_and_stays_correct() {
+    // A constant weight seen transposed ([N, K] storage as [K, N]), as kiln's GEMM packs it
+    // on the first run (on a CPU with AVX2/FMA; elsewhere the same program runs on the
+    // gemm crate); a second run with other inputs reuses the packing. Sizes cross the GEMM's
+    // 6-row tiles, 16-column panels and 256-deep blocks; the epilogue adds a bias and relus.
+    let dt = DType::F32;
+    let (m, k, n) = (131, 300, 37);
+    let wv = rnd(n * k, 31);
+    let w = f32s(&wv, &[n, k]);
+    let wt = w.with_layout(w.layout.permute(&[1, 0]).unwrap());
+    let bias = f32s(&rnd(n, 32), &[n]);
+    let build = |a_view: BufView| {
+        let mut p = program(
+            vec![
+                input(dt, 2 * m * k, 0),
+                Buffer {
+                    dtype: dt,
+                    numel: n * k,
+                    kind: BufKind::Const(ConstId(0)),
+                },
+                temp(dt, 2 * m * n),
+                input(dt, n, 1),
+            ],
+            vec![StepKind::Extern {
+                op: ExternOp::MatMul,
+                inputs: vec![
+                    a_view,
+                    BufView {
+                        buf: BufId(1),
+                        offset: 0,
+                        shape: vec![k, n],
+                        strides: vec![1, k],
+                    },
+                ],
+                out: BufId(2),
+                out_shape: vec![2, m, n],
+                epilogue: Some(relu_add_epilogue(2 * m, n, 2, 3, n, var(1))),
+            }],
+            vec![(2, vec![2, m, n])],
+        );
+        p.consts = vec![Arc::new(w.clone())];
+        Executable::new(p, Arc::new(InterpKernels)).unwrap()
+    };
+    let want = |a: &HostTensor| {
+        let mm = eval(&Op::MatMul, &[a, &wt]).unwrap();
+        let biased = eval(&Op::Binary(BinaryOp::Add), &[&mm, &bias]).unwrap();
+        eval(&Op::Unary(UnaryOp::Relu), &[&biased]).unwrap()
+    };
+    // a dense (the packed path), then a read through a transpose (column stride m: the
+    // gemm crate takes it).
+    let exe = build(dense_view(0, &[2, m, k]));
+    for seed in [33, 34] {
+        let a = f32s(&rnd(2 * m * k, seed), &[2, m, k]);
+        let got = exe.run(&[a.clone(), bias.clone()]).unwrap();
+        assert_close(&got[0], &want(&a), 1e-5);
+    }
+    let exe = build(BufView {
+        buf: BufId(0),
+        offset: 0,
+        shape: vec![2, m, k],
+        strides: vec![m * k, 1, m],
+    });
+    let raw = f32s(&rnd(2 * m * k, 35), &[2, k, m]);
+    let a = raw.with_layout(raw.layout.permute(&[0, 2, 1]).unwrap());
+    let got = exe.run(&[raw.clone(), bias.clone()]).unwrap();
+    assert_close(&got[0], &want(&a), 1e-5);
+}
+
 /// One conv extern program: x (input 0, `xshape` viewed through `xview`), w (input 1), bias
 /// (input 2, optional), residual (input 3) added in a relu epilogue when `epilogue`.
 fn conv_case(

@@ -26,6 +26,10 @@ pub struct OptOptions {
     /// Composites the backend runs as one op (`decompose` keeps them): kiln-cuda's
     /// `runs_composite` (its fused attention kernel). `None`: every composite is decomposed.
     pub keep: Option<KeepComposite>,
+    /// The backend packs constant matmul weights itself, from any layout (kiln-cpu's GEMM on
+    /// AVX2 CPUs): `layout` then makes no row-major copies, which would only double the
+    /// weights' memory.
+    pub packs_weights: bool,
 }
 
 /// Whether a backend runs a composite op, given its input types, as one op of its own.
@@ -54,6 +58,7 @@ impl Default for OptOptions {
             decompose: true,
             target: Target::Cpu,
             keep: None,
+            packs_weights: false,
         }
     }
 }
@@ -125,8 +130,9 @@ pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassRepo
     let mut reports = Vec::new();
     for pass in pipeline {
         let name = pass.name();
-        let gpu_only = matches!(name, "channels_last" | "space_to_depth") && opts.target != Target::Gpu;
-        if opts.disabled.iter().any(|d| d == name) || (name == "decompose" && !opts.decompose) || gpu_only {
+        let not_here = (matches!(name, "channels_last" | "space_to_depth") && opts.target != Target::Gpu)
+            || (name == "layout" && opts.packs_weights);
+        if opts.disabled.iter().any(|d| d == name) || (name == "decompose" && !opts.decompose) || not_here {
             continue;
         }
         let start = Instant::now();

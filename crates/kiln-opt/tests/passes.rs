@@ -473,6 +473,21 @@ fn optimize_runs_the_pipeline_and_reports() {
     assert_eq!(names, ["fold", "bn_fold", "fold", "merge_matmuls", "layout", "dce"]);
     assert_eq!(count(&kept, "softmax"), 1);
     assert_eq!(count(&kept, "mul"), 1);
+
+    // A backend that packs its weights itself gets no row-major copies: `layout` does not run
+    // and a transposed weight stays a view of the original constant.
+    let mut g = Graph::new();
+    let x = f32_input(&mut g, "x", &[3, 9]);
+    let w = g.constant(rand_f32(&mut Rng(15), &[11, 9], -1.0, 1.0));
+    let wt = g.add(Op::Permute(vec![1, 0]), &[w]).unwrap();
+    let y = g.add(Op::MatMul, &[x, wt]).unwrap();
+    g.output(y);
+    let packs = OptOptions { packs_weights: true, ..OptOptions::default() };
+    let (out, reports) = optimize(&g, &packs).unwrap();
+    assert!(reports.iter().all(|r| r.name != "layout"));
+    assert!(out.consts.iter().any(|t| Arc::ptr_eq(t, &g.consts[0])), "a view, not a copy: {out}");
+    let (copied, _) = optimize(&g, &OptOptions::default()).unwrap();
+    assert!(!copied.consts.iter().any(|t| Arc::ptr_eq(t, &g.consts[0])), "{copied}");
 }
 
 #[test]

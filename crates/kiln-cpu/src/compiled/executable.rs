@@ -3,13 +3,13 @@
 //! arguments no longer than their buffers, the memory plan inside the arena, only
 //! temporaries written) is checked once, when it is built.
 
-use super::conv::{self, DirectConv};
+use super::prepack::{self, Prepacked};
 use super::launch::LaunchKernel;
 use super::tuning::{StepTuning, Tuning};
 use super::views::{check_view, read_dense};
 use super::{raw, steps};
 use kiln_ir::{Error, HostTensor, Result};
-use kiln_sched::{BufId, BufKind, ExternOp, Kernel, Program, StepKind};
+use kiln_sched::{BufId, BufKind, Kernel, Program, StepKind};
 use std::sync::{Arc, Mutex};
 
 /// Alignment of every temporary (and of the arena): a cache line, as the memory planner and
@@ -28,8 +28,8 @@ pub struct Executable {
     arena_bytes: usize,
     /// f32 elements of scratch the largest convolution needs.
     scratch_elems: usize,
-    /// Per step: the packed weights of a conv that runs on the AVX-512 tiles.
-    direct: Vec<Option<DirectConv>>,
+    /// Per step: the constant operand it packs once (see [`prepack`]).
+    prepacked: Vec<Option<Prepacked>>,
     /// Per-step knobs (default: none set).
     tuning: Tuning,
     state: Mutex<State>,
@@ -48,35 +48,27 @@ impl Executable {
         let consts = bind_consts(&program)?;
         let (offsets, arena_bytes) = place_temps(&program)?;
         check_steps(&program)?;
-        let direct: Vec<Option<DirectConv>> = program
+        let prepacked: Vec<Option<Prepacked>> = program
             .steps
             .iter()
-            .map(|s| match &s.kind {
-                StepKind::Extern {
-                    op: ExternOp::Conv2d(a),
-                    inputs,
-                    out_shape,
-                    ..
-                } => {
-                    let weights_const = inputs
-                        .get(1)
-                        .is_some_and(|w| matches!(program.buffer(w.buf).kind, BufKind::Const(_)));
-                    conv::runs_direct(a, inputs, out_shape, weights_const).then(DirectConv::new)
-                }
-                _ => None,
-            })
+            .map(|s| prepack::for_step(&program, &s.kind))
             .collect();
         let scratch_elems = program
             .steps
             .iter()
-            .zip(&direct)
+            .zip(&prepacked)
             .filter_map(|(s, d)| match &s.kind {
                 StepKind::Extern {
                     op,
                     inputs,
                     out_shape,
                     ..
-                } => steps::scratch_elems(op, inputs, out_shape, d.is_some()),
+                } => steps::scratch_elems(
+                    op,
+                    inputs,
+                    out_shape,
+                    d.as_ref().is_some_and(|d| d.conv_tiles().is_some()),
+                ),
                 _ => None,
             })
             .max()
@@ -88,7 +80,7 @@ impl Executable {
             offsets,
             arena_bytes,
             scratch_elems,
-            direct,
+            prepacked,
             tuning: Tuning::default(),
             state: Mutex::new(State::default()),
         })
@@ -239,7 +231,7 @@ impl BoundRun<'_> {
             &*self.exe.kernels,
             self.scratch,
             tune,
-            self.exe.direct[i].as_ref(),
+            self.exe.prepacked[i].as_ref(),
         )
         .map_err(|e| e.context(&format!("step {i} (nodes {:?})", step.nodes)))
     }

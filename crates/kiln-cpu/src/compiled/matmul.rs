@@ -2,14 +2,19 @@
 //! straight into the output buffer, with the epilogue run on each block of finished rows.
 
 use super::steps::Epi;
+use crate::gemm::{self, PackedB};
 use kiln_ir::{Error, Result};
 use kiln_sched::{BufId, BufView};
+use std::sync::OnceLock;
 
 /// Multiply-adds below which one gemm call stays on one thread (as `kernels::matmul`).
 const PAR_WORK: usize = 1 << 18;
 
 /// Runs `out = a @ b` (see [`kiln_sched::ExternOp::MatMul`]), `block_rows` output rows per
-/// GEMM call when given (the autotuner's choice), else the heuristic below.
+/// GEMM call when given (the autotuner's choice), else the heuristic below. With `packed`
+/// (see `prepack`: a constant `b` without batch dims of its own, an `a` with unit column
+/// stride) the product runs on kiln's GEMM with `b` packed on the first run.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     inputs: &[BufView],
     ptrs: &[*mut u8],
@@ -17,6 +22,7 @@ pub(crate) fn run(
     out_shape: &[usize],
     epi: &Epi,
     block_rows: Option<usize>,
+    packed: Option<&OnceLock<PackedB>>,
 ) -> Result<()> {
     let ctx = || {
         let shapes: Vec<&[usize]> = inputs.iter().map(|v| &v.shape[..]).collect();
@@ -69,6 +75,11 @@ pub(crate) fn run(
         ptrs[b.buf.index()] as *const f32,
         ptrs[out.index()] as *mut f32,
     );
+    // `prepack` only gives a cell for a `b` without batch dims and an `a` with unit column
+    // stride; checked again here as the GEMM relies on both.
+    let packed = packed.filter(|_| {
+        (a.strides[ra - 1] == 1 || k <= 1) && b.shape[..rb - 2].iter().all(|&d| d == 1)
+    });
     let mut idx = vec![0usize; batch.len()];
     for bi in 0..batches {
         let mut rem = bi;
@@ -82,6 +93,30 @@ pub(crate) fn run(
             // SAFETY: `Executable::new` checked both views inside their buffers and the
             // output buffer holds `batches * m * n` elements; rows r0..r1 of matrix `bi`
             // are a sub-view of each.
+            if let Some(cell) = packed {
+                unsafe {
+                    let rhs = cell.get_or_init(|| {
+                        PackedB::pack(
+                            k,
+                            n,
+                            pb.add(ob),
+                            b.strides[rb - 2] as isize,
+                            b.strides[rb - 1] as isize,
+                        )
+                    });
+                    let lhs = pa.offset(oa as isize + r0 as isize * a.strides[ra - 2] as isize);
+                    gemm::gemm(
+                        r1 - r0,
+                        lhs,
+                        a.strides[ra - 2],
+                        rhs,
+                        po.add((bi * m + r0) * n),
+                        n,
+                    );
+                }
+                epi.rows(bi * m + r0, bi * m + r1)?;
+                continue;
+            }
             unsafe {
                 let dst = po.add((bi * m + r0) * n);
                 let lhs = pa.offset(oa as isize + r0 as isize * a.strides[ra - 2] as isize);

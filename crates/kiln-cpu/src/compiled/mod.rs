@@ -16,6 +16,7 @@ mod executable;
 mod interp;
 mod launch;
 mod matmul;
+mod prepack;
 mod profile;
 mod raw;
 mod steps;

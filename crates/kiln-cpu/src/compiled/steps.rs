@@ -3,6 +3,7 @@
 use super::launch::LaunchKernel;
 use super::tuning::StepTuning;
 use super::views::{read_view, write_dense};
+use super::prepack::Prepacked;
 use super::{conv, matmul};
 use kiln_ir::{DType, Error, HostTensor, Op, Result};
 use kiln_sched::{BufId, BufKind, BufView, Epilogue, ExternOp, Program, StepKind};
@@ -16,7 +17,7 @@ pub(crate) fn run_step(
     kernels: &dyn LaunchKernel,
     scratch: &mut Vec<f32>,
     tune: StepTuning,
-    direct: Option<&conv::DirectConv>,
+    packed: Option<&Prepacked>,
 ) -> Result<()> {
     match step {
         StepKind::Kernel { kernel, args } => {
@@ -53,7 +54,15 @@ pub(crate) fn run_step(
             };
             match op {
                 ExternOp::MatMul => {
-                    matmul::run(inputs, ptrs, *out, out_shape, &epi, tune.block_rows)
+                    matmul::run(
+                    inputs,
+                    ptrs,
+                    *out,
+                    out_shape,
+                    &epi,
+                    tune.block_rows,
+                    packed.and_then(Prepacked::matmul_rhs),
+                )
                 }
                 ExternOp::Conv2d(a) => conv::run(
                     a,
@@ -64,7 +73,7 @@ pub(crate) fn run_step(
                     &epi,
                     scratch,
                     tune.block_rows,
-                    direct,
+                    packed.and_then(Prepacked::conv_tiles),
                 ),
             }
         }

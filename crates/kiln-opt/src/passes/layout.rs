@@ -4,7 +4,8 @@
 //! vector loads; a transposed one element by element, which measured as slow as the
 //! multiply itself for bert-base's `[128, 768] @ [768, 768]` on two cores. This is the weight
 //! "prepacking" of ONNX Runtime and Inductor's freezing: it trades a second copy of those
-//! weights for speed on every run.
+//! weights for speed on every run. Skipped when the backend packs the weights itself from any
+//! layout ([`crate::OptOptions::packs_weights`]: kiln-cpu's GEMM on AVX2 CPUs).
 
 use super::Pass;
 use crate::rewrite::{Rewrite, Step};

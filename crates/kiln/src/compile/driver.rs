@@ -343,7 +343,9 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
         #[cfg(not(feature = "cuda"))]
         crate::Device::Cuda(_) => (kiln_opt::Target::Gpu, None),
     };
-    let (optimized, passes) = kiln_opt::optimize(&fixed, &OptOptions { target, keep, ..opts.opt.clone() })?;
+    let packs_weights = target == kiln_opt::Target::Cpu && kiln_cpu::gemm::available();
+    let (optimized, passes) =
+        kiln_opt::optimize(&fixed, &OptOptions { target, keep, packs_weights, ..opts.opt.clone() })?;
     times.passes = t.elapsed();
 
     let t = Instant::now();

@@ -1,0 +1,69 @@
+//! Constant operands an extern step packs once, on its first run, and keeps for every later
+//! run: what ONNX Runtime calls pre-packing. Which steps get a cell is decided when the
+//! executable is built, from the program alone.
+
+use super::conv::{self, PackedWeights};
+use crate::gemm::{self, PackedB};
+use kiln_sched::{BufKind, ExternOp, Program, StepKind};
+use std::sync::OnceLock;
+
+/// The packed constant of one extern step, filled on the step's first run.
+pub(crate) enum Prepacked {
+    /// A conv's weights for the AVX-512 tiles (`conv_avx512`).
+    ConvTiles(OnceLock<PackedWeights>),
+    /// A matmul's constant right-hand side for kiln's GEMM ([`crate::gemm`]).
+    MatmulRhs(OnceLock<PackedB>),
+}
+
+impl Prepacked {
+    /// The cell of a conv that runs on the AVX-512 tiles.
+    pub(crate) fn conv_tiles(&self) -> Option<&OnceLock<PackedWeights>> {
+        match self {
+            Prepacked::ConvTiles(c) => Some(c),
+            Prepacked::MatmulRhs(_) => None,
+        }
+    }
+
+    /// The cell of a matmul whose right-hand side is packed for kiln's GEMM.
+    pub(crate) fn matmul_rhs(&self) -> Option<&OnceLock<PackedB>> {
+        match self {
+            Prepacked::MatmulRhs(c) => Some(c),
+            Prepacked::ConvTiles(_) => None,
+        }
+    }
+}
+
+/// The cell step `kind` of `p` gets, if any: a conv on the AVX-512 tiles, or a matmul of a
+/// constant right-hand side that one packing serves (no batch dims of its own) by a
+/// left-hand side with unit column stride, on a CPU that runs kiln's GEMM.
+pub(crate) fn for_step(p: &Program, kind: &StepKind) -> Option<Prepacked> {
+    let StepKind::Extern {
+        op,
+        inputs,
+        out_shape,
+        ..
+    } = kind
+    else {
+        return None;
+    };
+    let is_const = |i: usize| {
+        inputs
+            .get(i)
+            .is_some_and(|v| matches!(p.buffer(v.buf).kind, BufKind::Const(_)))
+    };
+    match op {
+        ExternOp::Conv2d(a) => conv::runs_direct(a, inputs, out_shape, is_const(1))
+            .then(|| Prepacked::ConvTiles(OnceLock::new())),
+        ExternOp::MatMul => {
+            let [a, b] = &inputs[..] else { return None };
+            let (ra, rb) = (a.shape.len(), b.shape.len());
+            let fits = gemm::available()
+                && is_const(1)
+                && ra >= 2
+                && rb >= 2
+                && (a.strides[ra - 1] == 1 || a.shape[ra - 1] <= 1)
+                && b.shape[..rb - 2].iter().all(|&d| d == 1);
+            fits.then(|| Prepacked::MatmulRhs(OnceLock::new()))
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! kiln's own f32 GEMM for x86-64 CPUs with AVX2 and FMA: `c = a @ b` where `b` was packed once
+//! ([`PackedB`]) into panels of 16 columns, as ONNX Runtime's MLAS does with a model's
+//! weights. The compiled MatMul extern runs products by constant weights on it (packed on the
+//! step's first run, see `compiled/prepack.rs`): the `gemm` crate packs `b` again on every
+//! call, which costs most when `a` has few rows (bert's 128 tokens). The loop order keeps a
+//! 6-row slice of `a` in L1 while it sweeps a 256 x 128 block of `b` held in L2, and blocks
+//! `a` by 120 rows.
+//!
+//! Measured side by side with the `gemm` crate by `cargo bench -p kiln-cpu --bench kernels --
+//! packed` (this 2-core AVX2 VM, noisy: figures vary by a third from minute to minute): on
+//! bert-base's shapes 100-140 GFLOP/s against 90-100 on 2 threads, 70-78 against 58-68 on
+//! one (the FMA units' peak is 96 a core). Convolutions stay on the `gemm` crate: with the
+//! weights as the unpacked left side and the im2col matrix packed per call, resnet50's convs
+//! ran 3-40% slower here.
+//!
+//! [`available`] says whether kiln uses it on this CPU; elsewhere matmuls keep the `gemm` crate.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+use rayon::prelude::*;
+use std::ops::Range;
+
+/// Columns per panel of a packed `b` (two AVX2 vectors).
+pub const PANEL: usize = 16;
+
+/// Multiply-adds below which a product stays on one thread.
+const PAR_WORK: usize = 1 << 18;
+
+/// True when this CPU can run the packed GEMM: x86-64 with AVX2 and FMA.
+pub fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// True when kiln runs constant-weight matmuls on the packed GEMM: a [`supported`] CPU
+/// without AVX-512 (whose 16-lane FMAs the `gemm` crate uses, and this 8-lane kernel would
+/// not; not measured there yet), and `KILN_DISABLE_PACKED_GEMM` unset (it sends every matmul
+/// to the `gemm` crate, for comparisons). Checked once per process.
+pub fn available() -> bool {
+    static YES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *YES.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        let wide = std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let wide = false;
+        supported() && !wide && std::env::var_os("KILN_DISABLE_PACKED_GEMM").is_none()
+    })
+}
+
+/// A `[k, n]` right-hand side packed for [`gemm`]: panel `p` holds columns `16p..16p+16` as
+/// `k` rows of 16 contiguous values (zeros past `n`).
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    data: Vec<f32>,
+}
+
+impl PackedB {
+    /// Packs the `[k, n]` matrix whose element `(i, j)` is at `ptr + i * rs + j * cs`.
+    ///
+    /// # Safety
+    /// Every element the strides reach must be inside a live allocation.
+    pub unsafe fn pack(k: usize, n: usize, ptr: *const f32, rs: isize, cs: isize) -> PackedB {
+        let mut data = vec![0.0f32; n.div_ceil(PANEL) * k * PANEL];
+        if k == 0 {
+            return PackedB { k, n, data };
+        }
+        let src = ptr as usize;
+        // Panels are independent; a big weight (bert's 768 x 3072) packs in parallel.
+        data.par_chunks_exact_mut(k * PANEL)
+            .enumerate()
+            .with_min_len((1 << 16) / (k * PANEL) + 1)
+            .for_each(|(p, panel)| {
+                let (ptr, j0) = (src as *const f32, p * PANEL);
+                let cols = PANEL.min(n - j0);
+                for (i, row) in panel.chunks_exact_mut(PANEL).enumerate() {
+                    // SAFETY (both arms): (i, j0 + j) for j < cols is inside the caller's matrix.
+                    let first = unsafe { ptr.offset(i as isize * rs + j0 as isize * cs) };
+                    if cs == 1 {
+                        row[..cols].copy_from_slice(unsafe { std::slice::from_raw_parts(first, cols) });
+                    } else {
+                        for (j, v) in row[..cols].iter_mut().enumerate() {
+                            *v = unsafe { *first.offset(j as isize * cs) };
+                        }
+                    }
+                }
+            });
+        PackedB { k, n, data }
+    }
+
+    /// Packs a dense row-major `[k, n]` slice.
+    pub fn from_rows(k: usize, n: usize, rows: &[f32]) -> Option<PackedB> {
+        // SAFETY: the length check keeps every (i, j) inside `rows`.
+        (rows.len() >= k * n).then(|| unsafe { Self::pack(k, n, rows.as_ptr(), n as isize, 1) })
+    }
+
+    /// Rows (the product's inner dim).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Columns.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    fn panels(&self) -> usize {
+        self.n.div_ceil(PANEL)
+    }
+}
+
+/// `c[m, n] = a[m, k] @ b` (row strides `lda`, `ldc`; unit column strides), split over the
+/// rayon pool when large: by rows when there are enough of them, else by column panels.
+/// Zeros when `k == 0`. Panics when the CPU is not [`supported`] (callers check first).
+///
+/// # Safety
+/// `a` must hold `m` rows of `b.k()` values and `c` `m` rows of `b.n()` values at the given
+/// strides; `c` must not overlap `a`.
+pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &PackedB, c: *mut f32, ldc: usize) {
+    assert!(supported(), "kiln_cpu::gemm needs AVX2 and FMA");
+    let (n, panels) = (b.n, b.panels());
+    if m == 0 || n == 0 {
+        return;
+    }
+    if b.k == 0 {
+        for i in 0..m {
+            // SAFETY: row i of c, inside the caller's bounds.
+            unsafe { std::ptr::write_bytes(c.add(i * ldc), 0, n) };
+        }
+        return;
+    }
+    let job = Job { a, lda, b, c, ldc };
+    let threads = rayon::current_num_threads();
+    if threads < 2 || m * n * b.k < PAR_WORK {
+        job.run(0..m, 0..panels);
+        return;
+    }
+    // Whole row tiles or whole panels per thread, whichever splits more evenly (rows on a
+    // tie: each thread then reads all of b, which stays in the shared L3).
+    let even = |units: usize| units as f64 / (threads * units.div_ceil(threads)) as f64;
+    let split_rows = even(m.div_ceil(ROWS)) >= even(panels);
+    let (len, step) = if split_rows {
+        (m, m.div_ceil(ROWS).div_ceil(threads) * ROWS)
+    } else {
+        (panels, panels.div_ceil(threads))
+    };
+    rayon::scope(|s| {
+        for start in (0..len).step_by(step) {
+            let (end, job) = ((start + step).min(len), &job);
+            s.spawn(move |_| match split_rows {
+                true => job.run(start..end, 0..panels),
+                false => job.run(0..m, start..end),
+            });
+        }
+    });
+}
+
+/// Rows of `c` one micro-tile computes.
+const ROWS: usize = 6;
+
+/// The operands of one [`gemm`] call, shared by its threads.
+struct Job<'a> {
+    a: *const f32,
+    lda: usize,
+    b: &'a PackedB,
+    c: *mut f32,
+    ldc: usize,
+}
+
+// SAFETY: threads only read `a` and `b` and write disjoint blocks of `c` (see `gemm`).
+unsafe impl Sync for Job<'_> {}
+
+impl Job<'_> {
+    /// Rows `rows` of `c`, panels `panels` of its columns.
+    fn run(&self, rows: Range<usize>, panels: Range<usize>) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `gemm`'s caller vouched for the operands; `gemm` checked the CPU.
+        unsafe {
+            avx2::block(rows, panels, self.a, self.lda, self.b, self.c, self.ldc)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (rows, panels);
+    }
+}

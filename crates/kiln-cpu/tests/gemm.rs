@@ -1,0 +1,141 @@
+//! kiln's packed GEMM (`kiln_cpu::gemm`) against a plain f64 triple loop: edge tiles (rows not
+//! a multiple of 6, columns past a 16-wide panel), depths around its 256 block, row blocks
+//! past 120 rows, padded row strides (padding left untouched), a strided `b`, threads split by
+//! rows and by panels, and NaN / Inf. Skipped, with a note, on a CPU without AVX2 and FMA.
+
+use kiln_cpu::gemm::{self, PackedB};
+
+fn available() -> bool {
+    if !gemm::supported() {
+        eprintln!("note: skipping the packed GEMM tests: this CPU lacks AVX2/FMA");
+    }
+    gemm::supported()
+}
+
+/// Deterministic values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// `a` is `[m, k]` at row stride `lda`, `b` `[k, n]` dense; returns `c` at row stride `ldc`
+/// (padding filled with a sentinel) from kiln's GEMM, and the f64 reference.
+fn check(m: usize, n: usize, k: usize, lda: usize, ldc: usize) {
+    let a = values(m.max(1) * lda, (m * 31 + k) as u64);
+    let b = values(k * n, (n * 17 + k) as u64);
+    let packed = PackedB::from_rows(k, n, &b).expect("b holds k * n values");
+    assert_eq!((packed.k(), packed.n()), (k, n));
+    let sentinel = 1234.5f32;
+    let mut c = vec![sentinel; m.max(1) * ldc];
+    // SAFETY: a holds m rows of lda >= k values, c m rows of ldc >= n.
+    unsafe { gemm::gemm(m, a.as_ptr(), lda, &packed, c.as_mut_ptr(), ldc) };
+    for i in 0..m {
+        for j in 0..ldc {
+            let got = c[i * ldc + j];
+            if j >= n {
+                assert_eq!(got, sentinel, "padding ({i}, {j}) of m{m} n{n} k{k} was written");
+                continue;
+            }
+            let want: f64 = (0..k).map(|t| a[i * lda + t] as f64 * b[t * n + j] as f64).sum();
+            let tol = 1e-5 * (k as f64).sqrt().max(1.0);
+            assert!(
+                (got as f64 - want).abs() <= tol,
+                "({i}, {j}) of m{m} n{n} k{k}: {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn edge_tiles_and_depths() {
+    if !available() {
+        return;
+    }
+    for m in [1, 5, 6, 7, 13] {
+        for n in [1, 15, 16, 17, 40] {
+            for k in [1, 3, 255, 256, 257, 600] {
+                check(m, n, k, k + 3, n + 5);
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_depth_writes_zeros() {
+    if !available() {
+        return;
+    }
+    let packed = PackedB::from_rows(0, 20, &[]).expect("an empty b");
+    let mut c = vec![7.0f32; 3 * 20];
+    // SAFETY: c holds 3 rows of 20; a is never read when k = 0.
+    unsafe { gemm::gemm(3, [0.0f32].as_ptr(), 0, &packed, c.as_mut_ptr(), 20) };
+    assert!(c.iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn threads_split_rows_and_panels() {
+    if !available() {
+        return;
+    }
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    pool.install(|| {
+        // Many rows (split by rows, past one 120-row block), then few (split by panels).
+        check(250, 200, 300, 300, 200);
+        check(2, 1000, 300, 300, 1000);
+        check(7, 333, 513, 520, 340);
+    });
+}
+
+#[test]
+fn strided_b_packs_as_its_values() {
+    if !available() {
+        return;
+    }
+    // b given transposed ([n, k] storage read with row stride 1, column stride k), as a
+    // linear layer keeps its weight.
+    let (m, n, k) = (9, 21, 70);
+    let bt = values(n * k, 5);
+    let b: Vec<f32> = (0..k * n).map(|i| bt[(i % n) * k + i / n]).collect();
+    // SAFETY: every (t, j) with t < k, j < n is at t + j * k < n * k.
+    let from_t = unsafe { PackedB::pack(k, n, bt.as_ptr(), 1, k as isize) };
+    let dense = PackedB::from_rows(k, n, &b).unwrap();
+    let a = values(m * k, 6);
+    let (mut c1, mut c2) = (vec![0.0f32; m * n], vec![0.0f32; m * n]);
+    // SAFETY: dense operands of the stated sizes.
+    unsafe {
+        gemm::gemm(m, a.as_ptr(), k, &from_t, c1.as_mut_ptr(), n);
+        gemm::gemm(m, a.as_ptr(), k, &dense, c2.as_mut_ptr(), n);
+    }
+    assert_eq!(c1, c2);
+}
+
+#[test]
+fn short_b_is_refused() {
+    assert!(PackedB::from_rows(4, 4, &[0.0; 15]).is_none());
+}
+
+#[test]
+fn nan_and_inf_propagate() {
+    if !available() {
+        return;
+    }
+    let (m, n, k) = (7, 18, 5);
+    let mut a = values(m * k, 1);
+    a[2 * k + 1] = f32::NAN; // row 2: all NaN
+    a[4 * k] = f32::INFINITY; // row 4: +-inf or NaN where b is 0
+    let mut b = values(k * n, 2);
+    b[0] = 0.0; // inf * 0 = NaN in column 0 of row 4
+    let packed = PackedB::from_rows(k, n, &b).unwrap();
+    let mut c = vec![0.0f32; m * n];
+    // SAFETY: dense operands of the stated sizes.
+    unsafe { gemm::gemm(m, a.as_ptr(), k, &packed, c.as_mut_ptr(), n) };
+    assert!(c[2 * n..3 * n].iter().all(|v| v.is_nan()));
+    assert!(c[4 * n].is_nan());
+    assert!(c[4 * n + 1..5 * n].iter().all(|v| v.is_infinite()));
+    assert!(c[..2 * n].iter().all(|v| v.is_finite()));
+}
