@@ -314,10 +314,11 @@ fn row_blocks_and_many_im2col_rows() {
     }
 }
 
-/// Shapes that reach every tile of the AVX-512 conv (where the CPU has it, for KxK convs of
-/// at least 64 output pixels): 14- and 7-wide tiles, paired 7-wide rows with an odd row left
-/// over, single-pixel remainders, channel panels of 32 with a partial last one, strides 1 and
-/// 2, padded and unpadded inputs, many tasks per thread; and 1x1 convs beside them.
+/// Shapes that reach every tile of the conv tiles (where the CPU has AVX-512 or AVX2, for KxK
+/// convs of at least 64 output pixels): AVX-512's 14- and 7-wide tiles, paired 7-wide rows
+/// with an odd row left over, single-pixel remainders, AVX2's 6-wide tiles and remainders of
+/// 1 to 5, channel panels of 32 / 16 with a partial last one, strides 1 and 2, padded and
+/// unpadded inputs, many tasks per thread; and 1x1 convs beside them.
 #[test]
 fn tile_widths_channel_panels_and_remainders() {
     for (x, o, k, stride, pad) in [
@@ -326,6 +327,9 @@ fn tile_widths_channel_panels_and_remainders() {
         ([1, 3, 12, 12], 8, 3, 1, [0; 4]),
         ([1, 6, 15, 15], 70, 3, 2, [1, 1, 1, 1]),
         ([1, 4, 11, 6], 31, 3, 1, [1, 1, 1, 1]),
+        ([1, 3, 9, 10], 17, 3, 1, [1, 1, 1, 1]),
+        ([1, 2, 8, 11], 16, 3, 1, [1, 1, 1, 1]),
+        ([1, 3, 18, 19], 20, 3, 2, [1, 1, 1, 1]),
         ([1, 3, 30, 30], 64, 7, 2, [3, 3, 3, 3]),
         ([1, 9, 7, 9], 65, 1, 1, [0; 4]),
         ([2, 16, 13, 5], 32, 1, 2, [0; 4]),

@@ -6,7 +6,7 @@
 //! epilogue while it is still in cache.
 
 #[cfg(target_arch = "x86_64")]
-use super::conv_avx512;
+use super::conv_tiles;
 use super::conv_direct::{DwOperands, depthwise, im2col};
 use super::matmul::sgemm;
 use super::raw;
@@ -124,17 +124,17 @@ fn direct_input(g: &Geom, x: &BufView) -> Option<usize> {
     }
 }
 
-/// A conv's weights packed for the AVX-512 tiles.
+/// A conv's weights packed for the conv tiles.
 #[cfg(target_arch = "x86_64")]
-pub(crate) use conv_avx512::PackedWeights;
-/// A conv's weights packed for the AVX-512 tiles (none here: they need x86-64).
+pub(crate) use conv_tiles::PackedWeights;
+/// A conv's weights packed for the conv tiles (none here: they need x86-64).
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) enum PackedWeights {}
 
-/// The packed weights of a conv step that runs on the AVX-512 tiles, filled on its first run.
+/// The packed weights of a conv step that runs on the conv tiles, filled on its first run.
 pub(crate) type DirectConv = std::sync::OnceLock<PackedWeights>;
 
-/// Whether this conv runs on the AVX-512 tiles (see [`conv_avx512`]): a fitting geometry on a
+/// Whether this conv runs on the conv tiles (see [`conv_tiles`]): a fitting geometry on a
 /// CPU that has them, and constant weights (`weights_const`), which are packed once.
 pub(crate) fn runs_direct(
     a: &Conv2dAttrs,
@@ -144,7 +144,7 @@ pub(crate) fn runs_direct(
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        weights_const && Geom::new(a, inputs, out).is_ok_and(|g| conv_avx512::eligible(&g))
+        weights_const && Geom::new(a, inputs, out).is_ok_and(|g| conv_tiles::eligible(&g))
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -164,14 +164,14 @@ pub(crate) fn scratch_elems(
     let g = Geom::new(a, inputs, out).ok()?;
     #[cfg(target_arch = "x86_64")]
     if direct {
-        return conv_avx512::scratch_elems(&g, &inputs[0]);
+        return conv_tiles::scratch_elems(&g, &inputs[0]);
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = direct;
     (g.cg > 1 && direct_input(&g, &inputs[0]).is_none()).then(|| g.k() * g.p())
 }
 
-/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]): on the AVX-512 tiles when
+/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]): on the conv tiles when
 /// `direct` is given (see [`runs_direct`]), else by im2col and GEMM, `block_rows` output
 /// channels per GEMM call when given (the autotuner's choice), else the heuristic below.
 #[allow(clippy::too_many_arguments)]
@@ -215,7 +215,7 @@ pub(crate) fn run(
                 let (_dense, pw, w_rs, w_cs) = weight_matrix(ptrs, w, &g);
                 PackedWeights::pack(&g, pw, w_rs, w_cs)
             });
-            conv_avx512::run(&g, x, px, packed, bias, pout, epi, scratch)
+            conv_tiles::run(&g, x, px, packed, bias, pout, epi, scratch)
         };
     }
     #[cfg(not(target_arch = "x86_64"))]

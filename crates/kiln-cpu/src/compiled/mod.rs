@@ -10,7 +10,7 @@
 mod autotune;
 mod conv;
 #[cfg(target_arch = "x86_64")]
-mod conv_avx512;
+mod conv_tiles;
 mod conv_direct;
 mod executable;
 mod interp;

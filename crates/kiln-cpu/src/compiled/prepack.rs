@@ -9,14 +9,14 @@ use std::sync::OnceLock;
 
 /// The packed constant of one extern step, filled on the step's first run.
 pub(crate) enum Prepacked {
-    /// A conv's weights for the AVX-512 tiles (`conv_avx512`).
+    /// A conv's weights for the conv tiles (`conv_tiles`).
     ConvTiles(OnceLock<PackedWeights>),
     /// A matmul's constant right-hand side for kiln's GEMM ([`crate::gemm`]).
     MatmulRhs(OnceLock<PackedB>),
 }
 
 impl Prepacked {
-    /// The cell of a conv that runs on the AVX-512 tiles.
+    /// The cell of a conv that runs on the conv tiles.
     pub(crate) fn conv_tiles(&self) -> Option<&OnceLock<PackedWeights>> {
         match self {
             Prepacked::ConvTiles(c) => Some(c),
@@ -33,7 +33,7 @@ impl Prepacked {
     }
 }
 
-/// The cell step `kind` of `p` gets, if any: a conv on the AVX-512 tiles, or a matmul of a
+/// The cell step `kind` of `p` gets, if any: a conv on the conv tiles, or a matmul of a
 /// constant right-hand side that one packing serves (no batch dims of its own) by a
 /// left-hand side with unit column stride, on a CPU that runs kiln's GEMM.
 pub(crate) fn for_step(p: &Program, kind: &StepKind) -> Option<Prepacked> {

@@ -159,7 +159,7 @@ impl Epi<'_> {
 }
 
 /// f32 elements of scratch an extern needs (`None` when it needs none); `direct`: a conv
-/// that runs on the AVX-512 tiles.
+/// that runs on the conv tiles.
 pub(crate) fn scratch_elems(
     op: &ExternOp,
     inputs: &[BufView],

@@ -1,7 +1,8 @@
-//! The f32 convolution on AVX-512 CPUs, without im2col: each tile keeps 32 output channels of
-//! up to 14 output pixels in 28 vector registers and walks the taps `(c, i, j)` once,
-//! multiplying one vector of 32 packed weights by each pixel's input value, read straight
-//! from the (zero-padded) input. No patch matrix is built, so a 3x3 conv reads its input
+//! The f32 convolution on x86-64 CPUs with AVX-512 or AVX2 + FMA, without im2col: each tile
+//! keeps a panel of output channels (32 on AVX-512, 16 on AVX2) of several output pixels (up
+//! to 14 / 6) in vector registers and walks the taps `(c, i, j)` once, multiplying one panel
+//! of packed weights by each pixel's input value, read straight from the (zero-padded) input
+//! (`avx512.rs`, `avx2.rs`: the tiles; this file: packing, padding, splitting, storing). No patch matrix is built, so a 3x3 conv reads its input
 //! once instead of writing and reading it nine times; the weights are packed once per
 //! executable. Tiles are transposed into the NCHW output with their bias added.
 //!
@@ -15,25 +16,89 @@ use super::steps::Epi;
 use kiln_ir::Result;
 use kiln_sched::BufView;
 use rayon::prelude::*;
-use std::arch::x86_64::*;
 
-/// Output channels per tile: two 16-lane vectors.
-const LANES: usize = 32;
-/// Output pixels per tile at most (28 accumulators of 32 registers).
-const TILE: usize = 14;
+mod avx2;
+mod avx512;
+
 /// Taps ahead the weights are prefetched: a conv's first tile streams its panel from memory
 /// (each weight is used by few pixels in late layers), so the stream must run ahead of the
 /// multiply-adds rather than stall them.
 const PREFETCH: usize = 24;
 
-/// Whether this CPU runs these kernels and `KILN_DISABLE_CONV_TILES` is unset (it sends
-/// every conv to im2col + GEMM, for comparisons). Checked once per process.
+/// The tiles a CPU runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Isa {
+    Avx512,
+    Avx2,
+}
+
+impl Isa {
+    /// This CPU's, unless `KILN_DISABLE_CONV_TILES` is set (it sends every conv to im2col +
+    /// GEMM, for comparisons). Checked once per process.
+    fn detect() -> Option<Isa> {
+        static ISA: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            if std::env::var_os("KILN_DISABLE_CONV_TILES").is_some() {
+                None
+            } else if std::arch::is_x86_feature_detected!("avx512f") {
+                Some(Isa::Avx512)
+            } else if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                Some(Isa::Avx2)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Output channels per tile (a weight panel).
+    fn lanes(self) -> usize {
+        match self {
+            Isa::Avx512 => avx512::LANES,
+            Isa::Avx2 => avx2::LANES,
+        }
+    }
+
+    /// Whether two output rows make one tile (AVX-512, for 7-wide outputs).
+    fn pairs(self, ow: usize) -> bool {
+        self == Isa::Avx512 && ow == 7
+    }
+
+    /// The widest tile that fits `left` pixels of the row at `row` (and of the one at `row2`,
+    /// when [`Isa::pairs`]), into `out` (`[pixel][lanes]`); returns its pixels per row.
+    ///
+    /// # Safety
+    /// The CPU has this ISA; every tap of every pixel is inside the padded input; `w` holds
+    /// `k * lanes` values, `taps` `k + PREFETCH` offsets and `out` [`TILE_VALUES`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile(
+        self,
+        sw: usize,
+        k: usize,
+        taps: *const usize,
+        row: *const f32,
+        row2: Option<*const f32>,
+        left: usize,
+        w: *const f32,
+        out: *mut f32,
+    ) -> usize {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match self {
+                Isa::Avx512 => avx512::tile(sw, k, taps, row, row2, left, w, out),
+                Isa::Avx2 => avx2::tile(sw, k, taps, row, left, w, out),
+            }
+        }
+    }
+}
+
+/// f32 values the largest tile holds (14 pixels of 32 channels).
+const TILE_VALUES: usize = avx512::TILE * avx512::LANES;
+
+/// Whether this CPU runs these kernels (see [`Isa::detect`]).
 pub(crate) fn supported() -> bool {
-    static YES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *YES.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::env::var_os("KILN_DISABLE_CONV_TILES").is_none()
-    })
+    Isa::detect().is_some()
 }
 
 /// Whether a conv of this geometry runs here (its weights must also be constant).
@@ -103,6 +168,7 @@ pub(crate) fn scratch_elems(g: &Geom, x: &BufView) -> Option<usize> {
 /// `(c, i, j)`, the panel's 32 weights (zero past the last channel).
 pub(crate) struct PackedWeights {
     data: Vec<f32>,
+    isa: Isa,
 }
 
 impl PackedWeights {
@@ -110,22 +176,24 @@ impl PackedWeights {
     ///
     /// # Safety
     /// `pw[o * w_rs + k * w_cs]` must be readable for every `o < O`, `k < K`.
+    /// Panics when the CPU runs no tiles ([`supported`] is checked first).
     pub(crate) unsafe fn pack(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize) -> PackedWeights {
-        let k = g.k();
-        let mut data = vec![0.0f32; g.o.div_ceil(LANES) * k * LANES];
+        let isa = Isa::detect().expect("conv tiles packed on a CPU that runs them");
+        let (k, lanes) = (g.k(), isa.lanes());
+        let mut data = vec![0.0f32; g.o.div_ceil(lanes) * k * lanes];
         let pw = pw as usize;
-        data.par_chunks_mut(k * LANES)
+        data.par_chunks_mut(k * lanes)
             .enumerate()
             .for_each(|(panel, dst)| {
-                for o in panel * LANES..g.o.min((panel + 1) * LANES) {
+                for o in panel * lanes..g.o.min((panel + 1) * lanes) {
                     let row = (pw as *const f32).wrapping_add(o * w_rs);
                     for t in 0..k {
                         // SAFETY: o < O and t < K, as the caller guarantees readable.
-                        dst[t * LANES + o % LANES] = unsafe { row.add(t * w_cs).read() };
+                        dst[t * lanes + o % lanes] = unsafe { row.add(t * w_cs).read() };
                     }
                 }
             });
-        PackedWeights { data }
+        PackedWeights { data, isa }
     }
 }
 
@@ -149,7 +217,8 @@ pub(crate) unsafe fn run(
     let src = Src::new(g, x);
     let k = g.k();
     let taps = src.taps(g);
-    let panels = g.o.div_ceil(LANES);
+    let (isa, lanes) = (w.isa, w.isa.lanes());
+    let panels = g.o.div_ceil(lanes);
     // Output rows are split into chunks (of an even count, for paired rows) so that there
     // are a few tasks per thread.
     let want = (4 * rayon::current_num_threads()).div_ceil(panels);
@@ -169,14 +238,14 @@ pub(crate) unsafe fn run(
         (0..panels * chunks).into_par_iter().for_each(|task| {
             let (panel, c) = (task / chunks, task % chunks);
             let rows = c * chunk..g.oh.min((c + 1) * chunk);
-            let out = (pout_addr as *mut f32).wrapping_add((img * g.o + panel * LANES) * p);
-            let wp = w.data[panel * k * LANES..].as_ptr();
-            let chans = LANES.min(g.o - panel * LANES);
-            let b = bias.map(|b| &b[panel * LANES..panel * LANES + chans]);
+            let out = (pout_addr as *mut f32).wrapping_add((img * g.o + panel * lanes) * p);
+            let wp = w.data[panel * k * lanes..].as_ptr();
+            let chans = lanes.min(g.o - panel * lanes);
+            let b = bias.map(|b| &b[panel * lanes..panel * lanes + chans]);
             let base = base as *const f32;
             // SAFETY: the panel's channels and rows are inside the output; every tap of every
             // pixel is inside the padded input (the conv's geometry was checked).
-            unsafe { panel_rows(g, src.wp, base, &taps, wp, b, chans, out, rows) };
+            unsafe { panel_rows(isa, g, src.wp, base, &taps, wp, b, chans, out, rows) };
         });
         epi.rows(img * g.o, (img + 1) * g.o)?;
     }
@@ -216,13 +285,14 @@ unsafe fn pad_image(
         });
 }
 
-/// Output rows `rows` of one panel of `chans` (<= 32) channels starting at `out`, reading
-/// padded input rows `row_len` long from `base`.
+/// Output rows `rows` of one panel of `chans` (at most the ISA's lanes) channels starting at
+/// `out`, reading padded input rows `row_len` long from `base`.
 ///
 /// # Safety
-/// See [`run`].
+/// See [`run`]; the CPU has `isa`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn panel_rows(
+    isa: Isa,
     g: &Geom,
     row_len: usize,
     base: *const f32,
@@ -233,38 +303,28 @@ unsafe fn panel_rows(
     out: *mut f32,
     rows: std::ops::Range<usize>,
 ) {
-    let mut tile = [0.0f32; TILE * LANES];
-    let (sh, sw) = (g.a.stride[0], g.a.stride[1]);
+    let mut tile = [0.0f32; TILE_VALUES];
+    let (sh, sw, lanes) = (g.a.stride[0], g.a.stride[1], isa.lanes());
     let k = taps.len() - PREFETCH;
     let t = taps.as_ptr();
     let mut oy = rows.start;
     while oy < rows.end {
-        // Two rows make one tile when the output is 7 wide (resnet's last stage).
-        let pair = g.ow == 7 && oy + 1 < rows.end;
+        let pair = isa.pairs(g.ow) && oy + 1 < rows.end;
         let row_at = |y: usize, ox: usize| base.wrapping_add(y * sh * row_len + ox * sw);
         let mut ox = 0;
         while ox < g.ow {
-            let left = g.ow - ox;
             let tp = tile.as_mut_ptr();
-            // SAFETY (each call): the tile's pixels are output pixels, whose taps are all
-            // inside the padded input; `tile` holds 14 x 32 values.
-            let n = unsafe {
-                if pair {
-                    tile_s::<2, 7>(sw, k, t, &[row_at(oy, ox), row_at(oy + 1, ox)], w, tp)
-                } else if left >= TILE {
-                    tile_s::<1, TILE>(sw, k, t, &[row_at(oy, ox)], w, tp)
-                } else if left >= 7 {
-                    tile_s::<1, 7>(sw, k, t, &[row_at(oy, ox)], w, tp)
-                } else {
-                    tile_s::<1, 1>(sw, k, t, &[row_at(oy, ox)], w, tp)
-                }
-            };
+            let row2 = pair.then(|| row_at(oy + 1, ox));
+            // SAFETY: the tile's pixels are output pixels, whose taps are all inside the
+            // padded input; `tile` holds TILE_VALUES values.
+            let n = unsafe { isa.tile(sw, k, t, row_at(oy, ox), row2, g.ow - ox, w, tp) };
             let at = oy * g.ow + ox;
-            // SAFETY: pixels at..at+n of rows oy (and oy+1) of the panel's channels.
+            // SAFETY: pixels at..at+n of rows oy (and oy+1) of the panel's channels; the
+            // tile holds n (2n when paired) pixels of `lanes` values.
             unsafe {
-                store(tp, n, chans, bias, out.add(at), g.p());
+                store(tp, lanes, n, chans, bias, out.add(at), g.p());
                 if pair {
-                    store(tp.add(7 * LANES), 7, chans, bias, out.add(at + g.ow), g.p());
+                    store(tp.add(n * lanes), lanes, n, chans, bias, out.add(at + g.ow), g.p());
                 }
             }
             ox += n;
@@ -273,104 +333,28 @@ unsafe fn panel_rows(
     }
 }
 
-/// [`tile_k`] at column stride `sw` (1 or 2: the stride is a constant of each kernel, so
-/// a pixel's address is an immediate offset); returns the tile's pixels per row (`COLS`).
+/// Writes a tile of `n` pixels (`tile[px * lanes + ch]`) to channel rows `ld` apart:
+/// `out[ch * ld + px] = tile[px * lanes + ch] + bias[ch]` for `ch < chans`.
 ///
 /// # Safety
-/// As [`tile_k`].
-unsafe fn tile_s<const ROWS: usize, const COLS: usize>(
-    sw: usize,
-    k: usize,
-    taps: *const usize,
-    rows: &[*const f32; ROWS],
-    w: *const f32,
-    out: *mut f32,
-) -> usize {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        if sw == 1 {
-            tile_k::<ROWS, COLS, 1>(k, taps, rows, w, out)
-        } else {
-            tile_k::<ROWS, COLS, 2>(k, taps, rows, w, out)
-        }
-    }
-    COLS
-}
-
-/// `out[r * 32 + l] = sum_t x(r, t) * w[t * 32 + l]` for the `ROWS x COLS` pixels of a tile,
-/// where pixel `(a, b)` reads `rows[a] + taps[t] + b * S`.
-///
-/// # Safety
-/// AVX-512F must be available; every address read must be inside the input; `taps` holds
-/// `k + PREFETCH` offsets, `w` `k * 32` values and `out` `ROWS * COLS * 32`.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::needless_range_loop)] // indices the compiler unrolls into registers
-unsafe fn tile_k<const ROWS: usize, const COLS: usize, const S: usize>(
-    k: usize,
-    taps: *const usize,
-    rows: &[*const f32; ROWS],
-    w: *const f32,
-    out: *mut f32,
-) {
-    let mut acc = [[[_mm512_setzero_ps(); 2]; COLS]; ROWS];
-    let mut w = w;
-    for t in 0..k {
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            let off = taps.add(t).read();
-            _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(LANES * PREFETCH) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(LANES * PREFETCH + 16) as *const i8);
-            let (w0, w1) = (_mm512_loadu_ps(w), _mm512_loadu_ps(w.add(16)));
-            let ahead = taps.add(t + PREFETCH).read();
-            for r in 0..ROWS {
-                _mm_prefetch::<_MM_HINT_T0>(rows[r].wrapping_add(ahead) as *const i8);
-                let xr = rows[r].add(off);
-                for c in 0..COLS {
-                    let v = _mm512_set1_ps(xr.add(c * S).read());
-                    acc[r][c][0] = _mm512_fmadd_ps(v, w0, acc[r][c][0]);
-                    acc[r][c][1] = _mm512_fmadd_ps(v, w1, acc[r][c][1]);
-                }
-            }
-            w = w.add(LANES);
-        }
-    }
-    for (r, row) in acc.iter().enumerate() {
-        for (c, a) in row.iter().enumerate() {
-            // SAFETY: inside `out` (ROWS * COLS * 32 values).
-            unsafe {
-                _mm512_storeu_ps(out.add((r * COLS + c) * LANES), a[0]);
-                _mm512_storeu_ps(out.add((r * COLS + c) * LANES + 16), a[1]);
-            }
-        }
-    }
-}
-
-/// Writes a tile of `n` pixels (`tile[px * 32 + ch]`) to channel rows `ld` apart:
-/// `out[ch * ld + px] = tile[px * 32 + ch] + bias[ch]` for `ch < chans`.
-///
-/// # Safety
-/// AVX-512F must be available; `out[ch * ld + px]` writable for `ch < chans`, `px < n`.
-#[target_feature(enable = "avx512f")]
+/// `tile` holds `n * lanes` values; `out[ch * ld + px]` is writable for `ch < chans`, `px < n`.
 unsafe fn store(
     tile: *const f32,
+    lanes: usize,
     n: usize,
     chans: usize,
     bias: Option<&[f32]>,
     out: *mut f32,
     ld: usize,
 ) {
-    let idx = _mm512_setr_epi32(
-        0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448, 480,
-    );
-    let mask: __mmask16 = ((1u32 << n.min(16)) - 1) as u16;
     for ch in 0..chans {
-        // SAFETY: lanes past n are masked off; the rest is inside the tile and the output.
-        unsafe {
-            let mut v = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, idx, tile.add(ch));
-            if let Some(b) = bias {
-                v = _mm512_add_ps(v, _mm512_set1_ps(b[ch]));
+        let b = bias.map(|b| b[ch]);
+        for px in 0..n {
+            // SAFETY: inside the tile and the output (the caller's contract).
+            unsafe {
+                let v = *tile.add(px * lanes + ch);
+                *out.add(ch * ld + px) = b.map_or(v, |b| v + b);
             }
-            _mm512_mask_storeu_ps(out.add(ch * ld), mask, v);
         }
     }
 }
