@@ -5,7 +5,8 @@ use super::{PANEL, PackedB, ROWS};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-/// Values of `k` per pass: a panel's 256 x 16 slice (16 KB) and a tile's rows of `a` stay in L1.
+/// Values of `k` per pass: a tile's 6 rows of `a` (6 KB) stay in L1 while the sweep's panel
+/// slices (16 KB each) stream from L2.
 const DEPTH: usize = 256;
 /// Panels swept per 6 rows of `a`: a 256 x 128 block of `b` (128 KB) stays in L2.
 const SWEEP: usize = 8;
@@ -27,38 +28,16 @@ pub(super) unsafe fn block(
     c: *mut f32,
     ldc: usize,
 ) {
-    for r0 in rows.clone().step_by(BLOCK_ROWS) {
-        let rows = r0..(r0 + BLOCK_ROWS).min(rows.end);
-        // SAFETY: a sub-block of the caller's.
-        unsafe { rows_block(rows, panels.clone(), a, lda, b, c, ldc) };
-    }
-}
-
-/// [`block`] for at most [`BLOCK_ROWS`] rows.
-///
-/// # Safety
-/// As [`block`].
-#[target_feature(enable = "avx2,fma")]
-unsafe fn rows_block(
-    rows: Range<usize>,
-    panels: Range<usize>,
-    a: *const f32,
-    lda: usize,
-    b: &PackedB,
-    c: *mut f32,
-    ldc: usize,
-) {
     let (k, n) = (b.k, b.n);
-    for q0 in panels.clone().step_by(SWEEP) {
-        let q1 = (q0 + SWEEP).min(panels.end);
+    let blocks = rows.clone().step_by(BLOCK_ROWS);
+    for (r0, q0) in blocks.flat_map(|r0| panels.clone().step_by(SWEEP).map(move |q0| (r0, q0))) {
+        let (r1, q1) = ((r0 + BLOCK_ROWS).min(rows.end), (q0 + SWEEP).min(panels.end));
         for k0 in (0..k).step_by(DEPTH) {
-            let depth = DEPTH.min(k - k0);
-            let acc = k0 > 0;
-            let mut i = rows.start;
-            while i < rows.end {
-                let r = ROWS.min(rows.end - i);
+            let (depth, acc) = (DEPTH.min(k - k0), k0 > 0);
+            let mut i = r0;
+            while i < r1 {
+                let r = ROWS.min(r1 - i);
                 for p in q0..q1 {
-                    let cols = PANEL.min(n - p * PANEL);
                     // SAFETY: rows i..i+r, columns of panel p and k0..k0+depth are inside
                     // the operands (the caller's contract).
                     unsafe {
@@ -69,7 +48,7 @@ unsafe fn rows_block(
                             b: b.data.as_ptr().add((p * k + k0) * PANEL),
                             c: c.add(i * ldc + p * PANEL),
                             ldc,
-                            cols,
+                            cols: PANEL.min(n - p * PANEL),
                             acc,
                         };
                         match r {
