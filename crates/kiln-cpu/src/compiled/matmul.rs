@@ -75,11 +75,8 @@ pub(crate) fn run(
         ptrs[b.buf.index()] as *const f32,
         ptrs[out.index()] as *mut f32,
     );
-    // `prepack` only gives a cell for a `b` without batch dims and an `a` with unit column
-    // stride; checked again here as the GEMM relies on both.
-    let packed = packed.filter(|_| {
-        (a.strides[ra - 1] == 1 || k <= 1) && b.shape[..rb - 2].iter().all(|&d| d == 1)
-    });
+    // `prepack` gives a cell only where `packs` holds; checked again as the GEMM relies on it.
+    let packed = packed.filter(|_| packs(a, b));
     let mut idx = vec![0usize; batch.len()];
     for bi in 0..batches {
         let mut rem = bi;
@@ -93,51 +90,51 @@ pub(crate) fn run(
             // SAFETY: `Executable::new` checked both views inside their buffers and the
             // output buffer holds `batches * m * n` elements; rows r0..r1 of matrix `bi`
             // are a sub-view of each.
-            if let Some(cell) = packed {
-                unsafe {
-                    let rhs = cell.get_or_init(|| {
-                        PackedB::pack(
-                            k,
-                            n,
-                            pb.add(ob),
-                            b.strides[rb - 2] as isize,
-                            b.strides[rb - 1] as isize,
-                        )
-                    });
-                    let lhs = pa.offset(oa as isize + r0 as isize * a.strides[ra - 2] as isize);
-                    gemm::gemm(
-                        r1 - r0,
-                        lhs,
-                        a.strides[ra - 2],
-                        rhs,
-                        po.add((bi * m + r0) * n),
-                        n,
-                    );
-                }
-                epi.rows(bi * m + r0, bi * m + r1)?;
-                continue;
-            }
             unsafe {
                 let dst = po.add((bi * m + r0) * n);
                 let lhs = pa.offset(oa as isize + r0 as isize * a.strides[ra - 2] as isize);
-                sgemm(
-                    r1 - r0,
-                    n,
-                    k,
-                    dst,
-                    n as isize,
-                    lhs,
-                    a.strides[ra - 2] as isize,
-                    a.strides[ra - 1] as isize,
-                    pb.add(ob),
-                    b.strides[rb - 2] as isize,
-                    b.strides[rb - 1] as isize,
-                );
+                match packed {
+                    Some(cell) => {
+                        let rhs = cell.get_or_init(|| {
+                            PackedB::pack(
+                                k,
+                                n,
+                                pb.add(ob),
+                                b.strides[rb - 2] as isize,
+                                b.strides[rb - 1] as isize,
+                            )
+                        });
+                        gemm::gemm(r1 - r0, lhs, a.strides[ra - 2], rhs, dst, n)
+                    }
+                    None => sgemm(
+                        r1 - r0,
+                        n,
+                        k,
+                        dst,
+                        n as isize,
+                        lhs,
+                        a.strides[ra - 2] as isize,
+                        a.strides[ra - 1] as isize,
+                        pb.add(ob),
+                        b.strides[rb - 2] as isize,
+                        b.strides[rb - 1] as isize,
+                    ),
+                }
             }
             epi.rows(bi * m + r0, bi * m + r1)?;
         }
     }
     Ok(())
+}
+
+/// Whether kiln's GEMM can take `a @ b` with `b` packed once: `a` (rank >= 2) has unit column
+/// stride (or at most one column) and `b` (rank >= 2) has no batch dims of its own.
+pub(crate) fn packs(a: &BufView, b: &BufView) -> bool {
+    let (ra, rb) = (a.shape.len(), b.shape.len());
+    ra >= 2
+        && rb >= 2
+        && (a.strides[ra - 1] == 1 || a.shape[ra - 1] <= 1)
+        && b.shape[..rb - 2].iter().all(|&d| d == 1)
 }
 
 /// Element offset of matrix `idx` (output batch index) in a view whose batch dims broadcast.

@@ -3,6 +3,7 @@
 //! executable is built, from the program alone.
 
 use super::conv::{self, PackedWeights};
+use super::matmul;
 use crate::gemm::{self, PackedB};
 use kiln_sched::{BufKind, ExternOp, Program, StepKind};
 use std::sync::OnceLock;
@@ -56,13 +57,7 @@ pub(crate) fn for_step(p: &Program, kind: &StepKind) -> Option<Prepacked> {
             .then(|| Prepacked::ConvTiles(OnceLock::new())),
         ExternOp::MatMul => {
             let [a, b] = &inputs[..] else { return None };
-            let (ra, rb) = (a.shape.len(), b.shape.len());
-            let fits = gemm::available()
-                && is_const(1)
-                && ra >= 2
-                && rb >= 2
-                && (a.strides[ra - 1] == 1 || a.shape[ra - 1] <= 1)
-                && b.shape[..rb - 2].iter().all(|&d| d == 1);
+            let fits = gemm::available() && is_const(1) && matmul::packs(a, b);
             fits.then(|| Prepacked::MatmulRhs(OnceLock::new()))
         }
     }
