@@ -66,6 +66,18 @@ fn edge_tiles_and_depths() {
 }
 
 #[test]
+fn one_thread_crosses_row_blocks_depth_blocks_and_sweeps() {
+    if !available() {
+        return;
+    }
+    // One thread sees every block of a: 250 rows (two full 120-row blocks packed, then 10
+    // rows ending in a 4-row tile), 513 deep (two 256 passes and one of 1), 19 panels (sweeps
+    // of 8, 8 and 3), padded strides.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    pool.install(|| check(250, 300, 513, 520, 310));
+}
+
+#[test]
 fn zero_depth_writes_zeros() {
     if !available() {
         return;

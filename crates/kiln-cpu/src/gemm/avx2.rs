@@ -10,11 +10,17 @@ use std::ops::Range;
 const DEPTH: usize = 256;
 /// Panels swept per 6 rows of `a`: a 256 x 128 block of `b` (128 KB) stays in L2.
 const SWEEP: usize = 8;
-/// Rows of `a` per block: its 120 x 256 slice (120 KB) stays in L2 next to the block of `b`
-/// while the block of `b` is swept by every tile of rows.
+/// Rows of `a` per block: its 120 x 256 slice (120 KB, packed) stays in L2 next to the block
+/// of `b` while the block of `b` is swept by every tile of rows.
 const BLOCK_ROWS: usize = 120;
 
 /// Rows `rows`, panels `panels` of `c = a @ b`.
+///
+/// Each 120 x 256 block of `a` is first copied tile by tile into `[k][6]` order, as BLIS and
+/// the `gemm` crate do: the micro-kernel then reads one contiguous stream of `a`. Read in
+/// place, a tile's six rows sit `lda` apart, and at bert's `lda` of 3072 floats (12 KB, a
+/// multiple of L1's 4 KB set stride) all six map to the same L1 sets as each other and the
+/// panel slice: they evicted each other (ffn2 ran slower than the `gemm` crate).
 ///
 /// # Safety
 /// As [`super::gemm`]; the CPU has AVX2 and FMA.
@@ -29,39 +35,59 @@ pub(super) unsafe fn block(
     ldc: usize,
 ) {
     let (k, n) = (b.k, b.n);
-    let blocks = rows.clone().step_by(BLOCK_ROWS);
-    for (r0, q0) in blocks.flat_map(|r0| panels.clone().step_by(SWEEP).map(move |q0| (r0, q0))) {
-        let (r1, q1) = ((r0 + BLOCK_ROWS).min(rows.end), (q0 + SWEEP).min(panels.end));
+    let mut packed = vec![0.0f32; rows.len().min(BLOCK_ROWS).next_multiple_of(ROWS) * k.min(DEPTH)];
+    for r0 in rows.clone().step_by(BLOCK_ROWS) {
+        let r1 = (r0 + BLOCK_ROWS).min(rows.end);
         for k0 in (0..k).step_by(DEPTH) {
             let (depth, acc) = (DEPTH.min(k - k0), k0 > 0);
-            let mut i = r0;
-            while i < r1 {
-                let r = ROWS.min(r1 - i);
-                for p in q0..q1 {
-                    // SAFETY: rows i..i+r, columns of panel p and k0..k0+depth are inside
-                    // the operands (the caller's contract).
-                    unsafe {
-                        let t = Tile {
-                            depth,
-                            a: a.add(i * lda + k0),
-                            lda,
-                            b: b.data.as_ptr().add((p * k + k0) * PANEL),
-                            c: c.add(i * ldc + p * PANEL),
-                            ldc,
-                            cols: PANEL.min(n - p * PANEL),
-                            acc,
-                        };
-                        match r {
-                            6 => t.run::<6>(),
-                            5 => t.run::<5>(),
-                            4 => t.run::<4>(),
-                            3 => t.run::<3>(),
-                            2 => t.run::<2>(),
-                            _ => t.run::<1>(),
+            // SAFETY: rows r0..r1 and columns k0..k0+depth are inside `a` (the caller's contract).
+            unsafe { pack_a(&mut packed, a.add(r0 * lda + k0), lda, r1 - r0, depth) };
+            for q0 in panels.clone().step_by(SWEEP) {
+                let q1 = (q0 + SWEEP).min(panels.end);
+                for (t, i) in (r0..r1).step_by(ROWS).enumerate() {
+                    let r = ROWS.min(r1 - i);
+                    for p in q0..q1 {
+                        // SAFETY: tile t of the packed block, rows i..i+r and the columns of
+                        // panel p are inside the operands (the caller's contract).
+                        unsafe {
+                            let t = Tile {
+                                depth,
+                                a: packed.as_ptr().add(t * ROWS * depth),
+                                b: b.data.as_ptr().add((p * k + k0) * PANEL),
+                                c: c.add(i * ldc + p * PANEL),
+                                ldc,
+                                cols: PANEL.min(n - p * PANEL),
+                                acc,
+                            };
+                            match r {
+                                6 => t.run::<6>(),
+                                5 => t.run::<5>(),
+                                4 => t.run::<4>(),
+                                3 => t.run::<3>(),
+                                2 => t.run::<2>(),
+                                _ => t.run::<1>(),
+                            }
                         }
                     }
                 }
-                i += r;
+            }
+        }
+    }
+}
+
+/// Copies `rows` rows of `depth` values of `a` into `packed` as tiles of 6 rows, each
+/// `[depth][6]` (a last short tile keeps the stride of 6).
+///
+/// # Safety
+/// `a` holds `rows` rows of `depth` values `lda` apart; `packed` has room for them.
+unsafe fn pack_a(packed: &mut [f32], a: *const f32, lda: usize, rows: usize, depth: usize) {
+    for (t, i) in (0..rows).step_by(ROWS).enumerate() {
+        let tile = &mut packed[t * ROWS * depth..(t + 1) * ROWS * depth];
+        for r in 0..ROWS.min(rows - i) {
+            // SAFETY: row i + r of the caller's block.
+            let src = unsafe { std::slice::from_raw_parts(a.add((i + r) * lda), depth) };
+            for (kk, &v) in src.iter().enumerate() {
+                tile[kk * ROWS + r] = v;
             }
         }
     }
@@ -71,8 +97,8 @@ pub(super) unsafe fn block(
 /// over `depth` steps of `k`; added to `c` when `acc`.
 struct Tile {
     depth: usize,
+    /// The tile's packed rows of `a`: `depth` groups of 6 values.
     a: *const f32,
-    lda: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -84,21 +110,22 @@ impl Tile {
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     unsafe fn run<const R: usize>(&self) {
-        // SAFETY (whole body): `block` passes pointers to R rows of `depth` values of `a`,
-        // `depth` rows of 16 packed values of `b` and R rows of `cols` values of `c`.
+        // SAFETY (whole body): `block` passes pointers to `depth` groups of 6 packed values
+        // of `a` (the first R used), `depth` rows of 16 packed values of `b` and R rows of
+        // `cols` values of `c`.
         unsafe {
             let mut s = [[_mm256_setzero_ps(); 2]; R];
-            let rows: [*const f32; R] = std::array::from_fn(|r| self.a.add(r * self.lda));
-            let mut bp = self.b;
-            for kk in 0..self.depth {
+            let (mut ap, mut bp) = (self.a, self.b);
+            for _ in 0..self.depth {
                 let b0 = _mm256_loadu_ps(bp);
                 let b1 = _mm256_loadu_ps(bp.add(8));
-                bp = bp.add(PANEL);
-                for (acc, row) in s.iter_mut().zip(&rows) {
-                    let x = _mm256_broadcast_ss(&*row.add(kk));
+                for (r, acc) in s.iter_mut().enumerate() {
+                    let x = _mm256_broadcast_ss(&*ap.add(r));
                     acc[0] = _mm256_fmadd_ps(x, b0, acc[0]);
                     acc[1] = _mm256_fmadd_ps(x, b1, acc[1]);
                 }
+                ap = ap.add(ROWS);
+                bp = bp.add(PANEL);
             }
             for (r, acc) in s.iter().enumerate() {
                 let row = self.c.add(r * self.ldc);

@@ -2,9 +2,9 @@
 //! ([`PackedB`]) into panels of 16 columns, as ONNX Runtime's MLAS does with a model's
 //! weights. The compiled MatMul extern runs products by constant weights on it (packed on the
 //! step's first run, see `compiled/prepack.rs`): the `gemm` crate packs `b` again on every
-//! call, which costs most when `a` has few rows (bert's 128 tokens). The loop order keeps a
-//! 6-row slice of `a` in L1 while it sweeps a 256 x 128 block of `b` held in L2, and blocks
-//! `a` by 120 rows.
+//! call, which costs most when `a` has few rows (bert's 128 tokens). `a` is copied into 6-row
+//! tiles one 120 x 256 block at a time (so the micro-kernel reads it as one stream); the loop
+//! order keeps a tile in L1 while it sweeps a 256 x 128 block of `b` held in L2.
 //!
 //! Measured side by side with the `gemm` crate by `cargo bench -p kiln-cpu --bench kernels --
 //! packed` (this 2-core AVX2 VM, noisy: figures vary by a third from minute to minute): on
