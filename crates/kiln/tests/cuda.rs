@@ -302,6 +302,36 @@ fn conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The algorithms cuDNN ranked for each conv are stored in the cache (one line per conv
+/// signature), so the next process asks cuDNN nothing; a damaged entry is written again
+/// whole, and the compiles around it still match the interpreter.
+#[test]
+fn cudnn_conv_rankings_are_stored_in_the_cache_and_a_damaged_entry_is_rewritten() {
+    if !gpu_or_skip("cudnn_conv_rankings_are_stored_in_the_cache_and_a_damaged_entry_is_rewritten") {
+        return;
+    }
+    let dir = cache_dir("conv-algos");
+    let (g, xs) = conv_bn_block();
+    let want = kiln_cpu::run(&g, &xs).unwrap();
+    let blob = || walk(&dir.join("cudnn-conv-algos")).into_iter().find(|p| p.file_name().is_some_and(|n| n == "blob.bin"));
+    let signatures = |path: &std::path::Path| -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        text.lines().filter(|l| l.contains('\t') && l.contains(" x[")).map(str::to_string).collect()
+    };
+    let (got, _) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap();
+    compare(&got, &want, 1e-4, 1e-5).unwrap();
+    let path = blob().unwrap_or_else(|| panic!("no cuDNN ranking entry under {}: {:?}", dir.display(), walk(&dir)));
+    // The block's convs have two signatures (the 3x3 pair share one, the 1x1 has its own).
+    let lines = signatures(&path);
+    assert!(lines.len() >= 2, "{lines:?}");
+    assert!(lines.iter().all(|l| l.split('\t').nth(1).is_some_and(|algos| algos.split(' ').all(|a| a.split_once(':').is_some()))), "{lines:?}");
+    std::fs::write(&path, b"damaged").unwrap();
+    let (got, _) = run_on_gpu(&g, &xs, Mode::Default, &dir).unwrap();
+    compare(&got, &want, 1e-4, 1e-5).unwrap();
+    assert_eq!(signatures(&path).len(), lines.len(), "the damaged entry was not written again");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `[relu](x @ w + bias)` over a batch of rows, the bias per column or one literal: cuBLASLt
 /// adds the bias and applies the ReLU inside the GEMM (no generated kernel is left), and the
 /// results equal the interpreter's, NaN and infinities in `x` included (a NaN stays NaN

@@ -134,7 +134,7 @@ impl Gpu {
         self.cublas
             .get_or_init(|| {
                 require(Lib::Cublas).map_err(|e| e.to_string())?;
-                let _timer = LoadTimer::new("cuBLAS");
+                let _timer = LoadTimer::new("cuBLAS handle made");
                 self.bind().map_err(|e| e.to_string())?;
                 let h = cudarc::cublas::result::create_handle().map_err(|e| format!("cublasCreate: {e:?}"))?;
                 // SAFETY: a fresh handle and kiln's live stream.
@@ -161,12 +161,33 @@ impl Gpu {
         self.cublaslt
             .get_or_init(|| {
                 require(Lib::CublasLt).map_err(|e| e.to_string())?;
-                let _timer = LoadTimer::new("cuBLASLt");
+                let _timer = LoadTimer::new("cuBLASLt handle made");
                 self.bind().map_err(|e| e.to_string())?;
                 cudarc::cublaslt::result::create_handle().map(CublasLtHandle).map_err(|e| format!("cublasLtCreate: {e:?}"))
             })
             .as_ref()
             .map_err(|e| Error::Device(e.clone()))
+    }
+
+    /// Loads the libraries a program will call, makes their handles and has each answer one
+    /// small query, which sets it up: cuDNN when the program has convs, cuBLASLt when it has
+    /// matmuls, each on its own thread (this returns when both are done). A compile runs this
+    /// on another thread while it builds the executable, so the ~100 ms each library takes to
+    /// set itself up overlaps that work instead of adding to it. A failure here is left to
+    /// the call that needs the library, which reports it.
+    pub fn preload(&self, convs: bool, matmuls: bool) {
+        std::thread::scope(|s| {
+            if convs {
+                s.spawn(|| {
+                    let _timer = LoadTimer::new("cuDNN set up (handle and a first query)");
+                    let _ = crate::exec::warm_up_cudnn(self);
+                });
+            }
+            if matmuls {
+                let _timer = LoadTimer::new("cuBLASLt set up (handle and a first query)");
+                let _ = crate::exec::warm_up_cublaslt(self);
+            }
+        });
     }
 
     /// The versions of the libraries whose choices a tuning records (cuDNN, cuBLASLt), for
@@ -183,7 +204,7 @@ impl Gpu {
         self.cudnn
             .get_or_init(|| {
                 require(Lib::Cudnn).map_err(|e| e.to_string())?;
-                let _timer = LoadTimer::new("cuDNN");
+                let _timer = LoadTimer::new("cuDNN handle made");
                 self.bind().map_err(|e| e.to_string())?;
                 let h = cudarc::cudnn::result::create_handle().map_err(|e| format!("cudnnCreate: {e:?}"))?;
                 // SAFETY: a fresh handle and kiln's live stream.
@@ -200,8 +221,8 @@ impl Gpu {
     }
 }
 
-/// Logs how long a library took to load and make its handle (on `kiln::cuda`, when dropped):
-/// part of a process's first compile for the GPU.
+/// Logs how long a library took to load and make its handle, or to set itself up (on
+/// `kiln::cuda`, when dropped): part of a process's first compile for the GPU.
 struct LoadTimer {
     what: &'static str,
     began: std::time::Instant,
@@ -215,6 +236,6 @@ impl LoadTimer {
 
 impl Drop for LoadTimer {
     fn drop(&mut self) {
-        tracing::info!(target: "kiln::cuda", "{} handle made in {:.1} ms", self.what, self.began.elapsed().as_secs_f64() * 1e3);
+        tracing::info!(target: "kiln::cuda", "{} in {:.1} ms", self.what, self.began.elapsed().as_secs_f64() * 1e3);
     }
 }

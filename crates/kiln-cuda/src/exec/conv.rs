@@ -20,7 +20,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 /// The most workspace one conv may ask for.
-const MAX_WORKSPACE: usize = 1 << 30;
+pub(crate) const MAX_WORKSPACE: usize = 1 << 30;
 
 fn dnn(what: &str, e: impl std::fmt::Debug) -> Error {
     Error::Device(format!("cuDNN {what}: {e:?}"))
@@ -100,6 +100,56 @@ pub(crate) fn cudnn_refusal(attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: 
     } else {
         None
     }
+}
+
+/// Asks cuDNN's heuristic about one small f32 conv, which loads the parts of cuDNN a conv
+/// needs (its first query in a process costs tens of ms): a compile does this on another
+/// thread while it works on other things. Never remembered: the point is asking.
+pub(crate) fn warm_up(gpu: &Gpu) -> Result<()> {
+    let handle = gpu.cudnn()?.0;
+    let ty = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
+    let (x, y) = (tensor_desc(ty, &[1, 8, 8, 8], &[512, 64, 8, 1])?, tensor_desc(ty, &[1, 8, 8, 8], &[512, 64, 8, 1]));
+    let destroy = |d| {
+        // SAFETY: a descriptor made here, used by nothing else.
+        let _ = unsafe { result::destroy_tensor_descriptor(d) };
+    };
+    let y = match y {
+        Ok(y) => y,
+        Err(e) => {
+            destroy(x);
+            return Err(e);
+        }
+    };
+    let asked = (|| {
+        let w = result::create_filter_descriptor().map_err(|e| dnn("create filter descriptor", e))?;
+        let c = match result::create_convolution_descriptor() {
+            Ok(c) => c,
+            Err(e) => {
+                // SAFETY: made above, used by nothing else.
+                let _ = unsafe { sys::cudnnDestroyFilterDescriptor(w) };
+                return Err(dnn("create convolution descriptor", e));
+            }
+        };
+        let (pad, one) = ([1i32, 1], [1i32, 1]);
+        let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> = Vec::with_capacity(16);
+        let mut count = 0i32;
+        // SAFETY: fresh descriptors, arrays of the stated lengths, `perf` with room for 16.
+        let r = unsafe {
+            result::set_filternd_descriptor(w, ty, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, 4, [8i32, 8, 3, 3].as_ptr())
+                .and_then(|_| result::set_convolutionnd_descriptor(c, 2, pad.as_ptr(), one.as_ptr(), one.as_ptr(), sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, ty))
+                .and_then(|_| result::get_convolution_forward_algorithm(handle, x, w, c, y, 16, &mut count, perf.as_mut_ptr()))
+                .map_err(|e| dnn("warming up", e))
+        };
+        // SAFETY: made above, used by nothing else.
+        unsafe {
+            let _ = sys::cudnnDestroyFilterDescriptor(w);
+            let _ = sys::cudnnDestroyConvolutionDescriptor(c);
+        }
+        r
+    })();
+    destroy(x);
+    destroy(y);
+    asked
 }
 
 impl ConvPlan {
@@ -190,18 +240,29 @@ impl ConvPlan {
             let math = if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { math_type() } else { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH };
             result::set_convolution_math_type(cd, math).map_err(|e| dnn("math type", e))?;
         }
-        let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> = Vec::with_capacity(16);
-        let mut count = 0i32;
-        // SAFETY: `perf` has room for the 16 results asked for.
-        unsafe {
-            result::get_convolution_forward_algorithm(handle, xd, wd, cd, yd, 16, &mut count, perf.as_mut_ptr()).map_err(|e| dnn("choosing an algorithm", e))?;
-            perf.set_len(count.clamp(0, 16) as usize);
-        }
-        plan.algos = perf
-            .iter()
-            .filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE)
-            .map(|p| (p.algo, p.memory))
-            .collect();
+        // Everything the descriptors above say, which is all the heuristic is asked about.
+        let signature = format!(
+            "{ty:?} x{:?}/{:?} w{wdims:?} {format:?} y{:?} pad{pads:?} stride{strides:?} dil{dil:?} groups{} {:?}",
+            nchw(&x.shape),
+            nchw(x_strides),
+            nchw(out_shape),
+            attrs.groups,
+            if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { math_type() } else { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH },
+        );
+        plan.algos = super::conv_algos::ranked(&signature, || {
+            let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> = Vec::with_capacity(16);
+            let mut count = 0i32;
+            // SAFETY: `perf` has room for the 16 results asked for.
+            unsafe {
+                result::get_convolution_forward_algorithm(handle, xd, wd, cd, yd, 16, &mut count, perf.as_mut_ptr()).map_err(|e| dnn("choosing an algorithm", e))?;
+                perf.set_len(count.clamp(0, 16) as usize);
+            }
+            Ok(perf
+                .iter()
+                .filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE)
+                .map(|p| (p.algo, p.memory))
+                .collect())
+        })?;
         if plan.algos.is_empty() {
             return Err(Error::Device(format!("cuDNN has no algorithm for conv {:?} * {:?} -> {out_shape:?}", x.shape, w.shape)));
         }

@@ -108,6 +108,15 @@ fn layout(ty: sys::cudaDataType, o: &LtOperand, batches: usize, pointer_array: b
     Ok(l)
 }
 
+/// Asks cuBLASLt's heuristic about one small f32 product, which makes the library set itself
+/// up (its first query in a process costs ~100 ms on an H200): a compile does this on another
+/// thread before its first real query.
+pub(crate) fn warm_up(gpu: &Gpu) -> Result<()> {
+    let o = LtOperand { rows: 64, cols: 64, ld: 64, stride: 0 };
+    let p = LtProblem { ty: sys::cudaDataType::CUDA_R_32F, trans_a: false, trans_b: false, a: o, b: o, d: o, batches: 1, pointer_array: false, epilogue: LtEpilogue::None };
+    LtGemm::new(&p)?.best(gpu).map(|_| ())
+}
+
 impl LtGemm {
     /// Describes `p` to cuBLASLt.
     pub fn new(p: &LtProblem) -> Result<LtGemm> {

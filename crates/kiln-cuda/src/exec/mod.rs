@@ -5,6 +5,7 @@
 
 mod attention;
 mod conv;
+mod conv_algos;
 mod conv_fusion;
 mod event;
 mod fusion;
@@ -31,7 +32,8 @@ use graph::GraphReplay;
 use cudarc::driver::{result, sys};
 use kiln_ir::{Error, HostTensor, Op, Result};
 use kiln_sched::{BufKind, BufView, CacheOutcome, DiskCache, Epilogue, ExternOp, Program, StepKind};
-pub(crate) use conv::cudnn_refusal;
+pub(crate) use conv::{cudnn_refusal, warm_up as warm_up_cudnn};
+pub(crate) use lt::warm_up as warm_up_cublaslt;
 pub use attention::{AttentionPlan, runs_composite};
 pub use autotune::{GpuAutotuneReport, GpuStepResult};
 pub use conv_fusion::ConvFusion;
@@ -204,6 +206,10 @@ impl Executable {
         let epilogue = |e: &Option<Epilogue>| e.as_ref().map(|e| call(&e.kernel, &e.args)).transpose();
 
         let memory_done = began.elapsed();
+        let has_convs = program.steps.iter().any(|s| matches!(&s.kind, StepKind::Extern { op: ExternOp::Conv2d(_), .. }));
+        if has_convs {
+            conv_algos::load(cache, gpu);
+        }
         let mut steps = Vec::with_capacity(program.steps.len());
         for (step, StepFold { out_strides, fusion }) in program.steps.iter().zip(&folds) {
             steps.push(match &step.kind {
@@ -270,6 +276,9 @@ impl Executable {
                     }
                 }
             });
+        }
+        if has_convs {
+            conv_algos::store(cache, gpu);
         }
         let error_flag = gpu.alloc(4)?;
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
