@@ -107,13 +107,16 @@ pub(crate) fn eligible(g: &Geom) -> bool {
     // tiles reading one element per channel plane per tap; with few output pixels, each
     // weight serves few multiply-adds and the conv is bound by streaming its weights, which
     // the GEMM does as well.
-    supported()
-        && g.groups == 1
-        && g.cg > 1
-        && g.kh * g.kw > 1
-        && g.p() >= 64
-        && matches!(g.a.stride[1], 1 | 2)
-        && g.o > 0
+    //
+    // Stride 2 only on AVX-512: the AVX2 tiles' strided loads of 6 pixels made resnet50's
+    // stride-2 3x3 convs 15-30% slower than im2col + GEMM (paired runs of `kiln bench resnet50
+    // --profile`, KILN_DISABLE_CONV_TILES=1 for the other side, on a Zen 3 VM).
+    let stride_ok = match (Isa::detect(), g.a.stride[1]) {
+        (_, 1) => true,
+        (Some(Isa::Avx512), 2) => true,
+        _ => false,
+    };
+    supported() && g.groups == 1 && g.cg > 1 && g.kh * g.kw > 1 && g.p() >= 64 && stride_ok && g.o > 0
 }
 
 /// The input of one image as the tiles read it: `[C][Hp][Wp]` planes, padding included;
