@@ -689,6 +689,12 @@ fn reduce_case(dt: DType, rows: usize, cols: usize) -> Case {
             v[cols + 3] = f64::NAN; // row 1
             v[2 * cols + 1] = f64::INFINITY; // row 2
         }
+        if rows >= 5 && cols > 16 {
+            // Wide rows run vectorised: a NaN in the tail past the vectors, and one in a
+            // later vector.
+            v[4 * cols - 1] = f64::NAN; // row 3
+            v[4 * cols + 9] = f64::NAN; // row 4
+        }
         cast(&f64s(&v), dt)
     } else {
         let (lo, hi) = int_limits(dt);
@@ -1125,6 +1131,7 @@ fn all_cases() -> Vec<Case> {
         cases.push(where_case(dt));
         cases.push(reduce_case(dt, 5, 7));
         cases.push(reduce_case(dt, 3, 0));
+        cases.push(reduce_case(dt, 6, 37));
         cases.push(softmax_case(dt, 6, 37));
     }
     for dt in INTS {
@@ -1458,4 +1465,16 @@ fn toolchain_reports_missing_compilers_and_compile_errors() {
     let lib_err = NativeLibrary::load(&dir.join("missing.so")).unwrap_err();
     assert!(lib_err.to_string().contains("missing.so"), "{lib_err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Float max / min reductions are `simd` reductions through the prelude's NaN-wins operators
+/// (the compiled cases above check they still give the interpreter's values, NaN included).
+#[test]
+fn float_max_and_min_reduce_as_simd_reductions() {
+    for (dt, max, min) in [(DType::F32, "kc_maxf_r", "kc_minf_r"), (DType::F64, "kc_max_r", "kc_min_r")] {
+        let src = render_kernel(&reduce_case(dt, 6, 37).kernel).unwrap();
+        for op in [max, min] {
+            assert!(src.contains(&format!("#pragma omp simd reduction({op}:")), "{dt}: no {op} reduction in\n{src}");
+        }
+    }
 }

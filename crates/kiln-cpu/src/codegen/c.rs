@@ -297,9 +297,9 @@ fn render_stage(
             let acc = Accumulator::new(k, *op, *dtype)?;
             let var = acc.var(*local);
             let note = match (op, acc.omp) {
-                (ReduceOp::Max | ReduceOp::Min, None) => ", NaN wins",
                 (_, _) if acc.wrapping => ", wrapping",
                 (ReduceOp::Sum | ReduceOp::Prod, Some(_)) => ", reassociated by simd",
+                (ReduceOp::Max | ReduceOp::Min, _) if dtype.is_float() => ", NaN wins, in any order",
                 _ => "",
             };
             w.line(&format!(
@@ -311,7 +311,7 @@ fn render_stage(
             for (d, l) in loops.iter().enumerate() {
                 // The simd reduction lets the compiler reassociate a sum (vector lanes of
                 // partial sums): a rounding difference from the sequential order, as in any
-                // blocked or parallel sum. Float max/min have none (NaN wins).
+                // blocked or parallel sum. Float max/min round nothing; NaN wins in any order.
                 if d + 1 == loops.len()
                     && let Some(sym) = acc.omp
                 {

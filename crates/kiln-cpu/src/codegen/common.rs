@@ -243,8 +243,8 @@ pub struct Accumulator {
     combine: String,
     /// The running variable is not the local's type: `acc{l}` is a cast of `acc{l}_w`.
     pub wrapping: bool,
-    /// The OpenMP reduction operator a simd loop may use, None where reassociation would lose
-    /// NaN-wins (float max/min).
+    /// The OpenMP reduction operator a simd loop may use (float max / min: the prelude's
+    /// NaN-wins reductions).
     pub omp: Option<&'static str>,
 }
 
@@ -277,12 +277,13 @@ impl Accumulator {
                 Ok(match op {
                     ReduceOp::Sum => acc(zero, "{a} + {b}", Some("+")),
                     ReduceOp::Prod => acc(one, "{a} * {b}", Some("*")),
+                    // The prelude declares the NaN-wins max / min as OpenMP reductions.
                     ReduceOp::Max => acc(
                         &format!("-{inf}"),
                         &format!("kc_max{sfx}({{a}}, {{b}})"),
-                        None,
+                        Some(if f { "kc_maxf_r" } else { "kc_max_r" }),
                     ),
-                    ReduceOp::Min => acc(inf, &format!("kc_min{sfx}({{a}}, {{b}})"), None),
+                    ReduceOp::Min => acc(inf, &format!("kc_min{sfx}({{a}}, {{b}})"), Some(if f { "kc_minf_r" } else { "kc_min_r" })),
                     ReduceOp::Mean => return Err(bad()),
                 })
             }
