@@ -879,6 +879,48 @@ fn matmul_extern_with_a_constant_b_packs_it_once_and_stays_correct() {
     assert_close(&got[0], &want(&a), 1e-5);
 }
 
+#[test]
+fn batched_small_matmuls_run_side_by_side_and_match_the_interpreter() {
+    // Attention's products without an epilogue: q [2, H, L, D] read out of [2, L, H, D]
+    // storage, times k^T [2, H, D, L] read out of the same layout, each head's matrix on its
+    // own thread of a 2-thread pool; then a b broadcast over the batch (its batch dims are 1).
+    let dt = DType::F32;
+    let (b2, h, l, d) = (2, 5, 9, 7);
+    let n = b2 * l * h * d;
+    let heads = |buf: u32| BufView { buf: BufId(buf), offset: 0, shape: vec![b2, h, l, d], strides: vec![l * h * d, d, h * d, 1] };
+    let keys_t = BufView { buf: BufId(1), offset: 0, shape: vec![b2, h, d, l], strides: vec![l * h * d, d, 1, h * d] };
+    let p = program(
+        vec![input(dt, n, 0), input(dt, n, 1), temp(dt, b2 * h * l * l)],
+        vec![StepKind::Extern { op: ExternOp::MatMul, inputs: vec![heads(0), keys_t.clone()], out: BufId(2), out_shape: vec![b2, h, l, l], epilogue: None }],
+        vec![(2, vec![b2, h, l, l])],
+    );
+    let exe = Executable::new(p, Arc::new(InterpKernels)).unwrap();
+    let view = |t: &HostTensor, v: &BufView| {
+        t.with_layout(Layout { shape: v.shape.clone(), strides: v.strides.iter().map(|&s| s as isize).collect(), offset: v.offset })
+    };
+    let (qs, ks) = (f32s(&rnd(n, 41), &[n]), f32s(&rnd(n, 42), &[n]));
+    let mut qv = rnd(n, 43);
+    qv[3] = f32::NAN; // one NaN row of scores in the first head
+    let qs_nan = f32s(&qv, &[n]);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    for q in [&qs, &qs_nan] {
+        let got = pool.install(|| exe.run(&[q.clone(), ks.clone()])).unwrap();
+        let want = eval(&Op::MatMul, &[&view(q, &heads(0)), &view(&ks, &keys_t)]).unwrap();
+        assert_close(&got[0], &want, 1e-5);
+    }
+    // b [1, 1, D, L] dense, broadcast over every head.
+    let p = program(
+        vec![input(dt, n, 0), input(dt, d * l, 1), temp(dt, b2 * h * l * l)],
+        vec![StepKind::Extern { op: ExternOp::MatMul, inputs: vec![heads(0), dense_view(1, &[1, 1, d, l])], out: BufId(2), out_shape: vec![b2, h, l, l], epilogue: None }],
+        vec![(2, vec![b2, h, l, l])],
+    );
+    let exe = Executable::new(p, Arc::new(InterpKernels)).unwrap();
+    let bt = f32s(&rnd(d * l, 44), &[1, 1, d, l]);
+    let got = pool.install(|| exe.run(&[qs.clone(), bt.clone()])).unwrap();
+    let want = eval(&Op::MatMul, &[&view(&qs, &heads(0)), &bt]).unwrap();
+    assert_close(&got[0], &want, 1e-5);
+}
+
 /// One conv extern program: x (input 0, `xshape` viewed through `xview`), w (input 1), bias
 /// (input 2, optional), residual (input 3) added in a relu epilogue when `epilogue`.
 fn conv_case(

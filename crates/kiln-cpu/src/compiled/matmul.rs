@@ -5,10 +5,15 @@ use super::steps::Epi;
 use crate::gemm::{self, PackedB};
 use kiln_ir::{Error, Result};
 use kiln_sched::{BufId, BufView};
+use rayon::prelude::*;
 use std::sync::OnceLock;
 
 /// Multiply-adds below which one gemm call stays on one thread (as `kernels::matmul`).
 const PAR_WORK: usize = 1 << 18;
+
+/// Multiply-adds per matrix up to which a batched product runs its matrices side by side,
+/// each on one thread.
+const SMALL_WORK: usize = 1 << 22;
 
 /// Runs `out = a @ b` (see [`kiln_sched::ExternOp::MatMul`]), `block_rows` output rows per
 /// GEMM call when given (the autotuner's choice), else the heuristic below. With `packed`
@@ -77,6 +82,40 @@ pub(crate) fn run(
     );
     // `prepack` gives a cell only where `packs` holds; checked again as the GEMM relies on it.
     let packed = packed.filter(|_| packs(a, b));
+    // Many small products (attention's heads, 128 x 64 x 128 in bert-base): one matrix per
+    // task, each on one thread, rather than each split over the pool in turn.
+    if !epi.present() && packed.is_none() && batches >= 2 && m * n * k > 0 && m * n * k <= SMALL_WORK && rayon::current_num_threads() > 1 {
+        let (pa, pb, po) = (pa as usize, pb as usize, po as usize);
+        (0..batches).into_par_iter().for_each(|bi| {
+            let mut idx = vec![0usize; batch.len()];
+            let mut rem = bi;
+            for d in (0..batch.len()).rev() {
+                idx[d] = rem % batch[d];
+                rem /= batch[d];
+            }
+            let (oa, ob) = (batch_offset(a, &idx), batch_offset(b, &idx));
+            // SAFETY: as the loop below; each task writes only its own matrix of the output.
+            unsafe {
+                crate::kernels::matmul::raw_gemm(
+                    m,
+                    n,
+                    k,
+                    (po as *mut f32).add(bi * m * n),
+                    n as isize,
+                    1,
+                    false,
+                    (pa as *const f32).add(oa),
+                    a.strides[ra - 2] as isize,
+                    a.strides[ra - 1] as isize,
+                    (pb as *const f32).add(ob),
+                    b.strides[rb - 2] as isize,
+                    b.strides[rb - 1] as isize,
+                    false,
+                )
+            }
+        });
+        return Ok(());
+    }
     let mut idx = vec![0usize; batch.len()];
     for bi in 0..batches {
         let mut rem = bi;
