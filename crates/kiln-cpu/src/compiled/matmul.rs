@@ -87,13 +87,7 @@ pub(crate) fn run(
     if !epi.present() && packed.is_none() && batches >= 2 && m * n * k > 0 && m * n * k <= SMALL_WORK && rayon::current_num_threads() > 1 {
         let (pa, pb, po) = (pa as usize, pb as usize, po as usize);
         (0..batches).into_par_iter().for_each(|bi| {
-            let mut idx = vec![0usize; batch.len()];
-            let mut rem = bi;
-            for d in (0..batch.len()).rev() {
-                idx[d] = rem % batch[d];
-                rem /= batch[d];
-            }
-            let (oa, ob) = (batch_offset(a, &idx), batch_offset(b, &idx));
+            let (oa, ob) = matrix_offsets(a, b, batch, bi);
             // SAFETY: as the loop below; each task writes only its own matrix of the output.
             unsafe {
                 crate::kernels::matmul::raw_gemm(
@@ -116,14 +110,8 @@ pub(crate) fn run(
         });
         return Ok(());
     }
-    let mut idx = vec![0usize; batch.len()];
     for bi in 0..batches {
-        let mut rem = bi;
-        for d in (0..batch.len()).rev() {
-            idx[d] = rem % batch[d];
-            rem /= batch[d];
-        }
-        let (oa, ob) = (batch_offset(a, &idx), batch_offset(b, &idx));
+        let (oa, ob) = matrix_offsets(a, b, batch, bi);
         for r0 in (0..m).step_by(block) {
             let r1 = (r0 + block).min(m);
             // SAFETY: `Executable::new` checked both views inside their buffers and the
@@ -174,6 +162,18 @@ pub(crate) fn packs(a: &BufView, b: &BufView) -> bool {
         && rb >= 2
         && (a.strides[ra - 1] == 1 || a.shape[ra - 1] <= 1)
         && b.shape[..rb - 2].iter().all(|&d| d == 1)
+}
+
+/// Element offsets in `a` and `b` of the matrices that make output matrix `bi` (row-major
+/// over the output's batch dims `batch`).
+fn matrix_offsets(a: &BufView, b: &BufView, batch: &[usize], bi: usize) -> (usize, usize) {
+    let mut idx = vec![0usize; batch.len()];
+    let mut rem = bi;
+    for d in (0..batch.len()).rev() {
+        idx[d] = rem % batch[d];
+        rem /= batch[d];
+    }
+    (batch_offset(a, &idx), batch_offset(b, &idx))
 }
 
 /// Element offset of matrix `idx` (output batch index) in a view whose batch dims broadcast.

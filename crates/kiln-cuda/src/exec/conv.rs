@@ -106,50 +106,13 @@ pub(crate) fn cudnn_refusal(attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: 
 /// needs (its first query in a process costs tens of ms): a compile does this on another
 /// thread while it works on other things. Never remembered: the point is asking.
 pub(crate) fn warm_up(gpu: &Gpu) -> Result<()> {
-    let handle = gpu.cudnn()?.0;
-    let ty = sys::cudnnDataType_t::CUDNN_DATA_FLOAT;
-    let (x, y) = (tensor_desc(ty, &[1, 8, 8, 8], &[512, 64, 8, 1])?, tensor_desc(ty, &[1, 8, 8, 8], &[512, 64, 8, 1]));
-    let destroy = |d| {
-        // SAFETY: a descriptor made here, used by nothing else.
-        let _ = unsafe { result::destroy_tensor_descriptor(d) };
-    };
-    let y = match y {
-        Ok(y) => y,
-        Err(e) => {
-            destroy(x);
-            return Err(e);
-        }
-    };
-    let asked = (|| {
-        let w = result::create_filter_descriptor().map_err(|e| dnn("create filter descriptor", e))?;
-        let c = match result::create_convolution_descriptor() {
-            Ok(c) => c,
-            Err(e) => {
-                // SAFETY: made above, used by nothing else.
-                let _ = unsafe { sys::cudnnDestroyFilterDescriptor(w) };
-                return Err(dnn("create convolution descriptor", e));
-            }
-        };
-        let (pad, one) = ([1i32, 1], [1i32, 1]);
-        let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> = Vec::with_capacity(16);
-        let mut count = 0i32;
-        // SAFETY: fresh descriptors, arrays of the stated lengths, `perf` with room for 16.
-        let r = unsafe {
-            result::set_filternd_descriptor(w, ty, sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW, 4, [8i32, 8, 3, 3].as_ptr())
-                .and_then(|_| result::set_convolutionnd_descriptor(c, 2, pad.as_ptr(), one.as_ptr(), one.as_ptr(), sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, ty))
-                .and_then(|_| result::get_convolution_forward_algorithm(handle, x, w, c, y, 16, &mut count, perf.as_mut_ptr()))
-                .map_err(|e| dnn("warming up", e))
-        };
-        // SAFETY: made above, used by nothing else.
-        unsafe {
-            let _ = sys::cudnnDestroyFilterDescriptor(w);
-            let _ = sys::cudnnDestroyConvolutionDescriptor(c);
-        }
-        r
-    })();
-    destroy(x);
-    destroy(y);
-    asked
+    let view = |shape: [usize; 4]| BufView { buf: kiln_sched::BufId(0), offset: 0, shape: shape.to_vec(), strides: dense_strides(&shape) };
+    let attrs = Conv2dAttrs { stride: [1, 1], padding: [1; 4], dilation: [1, 1], groups: 1, channels_last: false };
+    let inputs = [view([1, 8, 8, 8]), view([8, 8, 3, 3])];
+    match ConvPlan::descriptors(gpu, &attrs, &inputs, &[1, 8, 8, 8], sys::cudnnDataType_t::CUDNN_DATA_FLOAT, None)? {
+        Some((plan, _)) => plan.heuristic(gpu).map(|_| ()),
+        None => Ok(()),
+    }
 }
 
 impl ConvPlan {
@@ -179,11 +142,31 @@ impl ConvPlan {
     }
 
     fn build(gpu: &Arc<Gpu>, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], ty: sys::cudnnDataType_t, fusion: Option<ConvFusion>) -> Result<Option<ConvPlan>> {
+        let Some((mut plan, signature)) = Self::descriptors(gpu, attrs, inputs, out_shape, ty, fusion)? else {
+            return Ok(None);
+        };
+        let algos = super::conv_algos::ranked(&signature, || plan.heuristic(gpu))?;
+        plan.algos = algos;
+        if plan.algos.is_empty() {
+            return Err(Error::Device(format!("cuDNN has no algorithm for conv {:?} * {:?} -> {out_shape:?}", inputs[0].shape, inputs[1].shape)));
+        }
+        if fusion.is_some() && plan.bias.is_none() {
+            return Err(Error::Device("conv fusion planned without a bias".into()));
+        }
+        plan.set_algo(gpu, None)?;
+        Ok(Some(plan))
+    }
+
+    /// The plan's descriptors, its algorithms not yet chosen, with the signature that names
+    /// everything they say (all the heuristic is asked about); `None` when cuDNN's legacy API
+    /// cannot take the conv ([`cudnn_refusal`]).
+    fn descriptors(gpu: &Gpu, attrs: &Conv2dAttrs, inputs: &[BufView], out_shape: &[usize], ty: sys::cudnnDataType_t, fusion: Option<ConvFusion>) -> Result<Option<(ConvPlan, String)>> {
         let (x, w) = (&inputs[0], &inputs[1]);
         if cudnn_refusal(attrs, inputs, out_shape).is_some() {
             return Ok(None);
         }
-        let handle = gpu.cudnn()?.0;
+        // Loads cuDNN (a missing library is an error here, not a panic in cudarc).
+        gpu.cudnn()?;
         // The plan owns each descriptor as soon as it exists, so an error below destroys them.
         // cuDNN takes dims in NCHW order and reads the layout from the strides (and, for the
         // filter, from its format): a channels-last conv's views are permuted into that order.
@@ -222,7 +205,7 @@ impl ConvPlan {
             let o = w.shape[0];
             plan.bias = Some(tensor_desc(ty, &[1, o, 1, 1], &[o, 1, 1, 1])?);
         }
-        let (xd, yd, wd, cd) = (plan.x, plan.y, plan.w, plan.conv);
+        let (wd, cd) = (plan.w, plan.conv);
         let wdims: Vec<i32> = nchw(&w.shape).iter().map(|&d| d as i32).collect();
         let format = if attrs.channels_last { sys::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC } else { sys::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW };
         // SAFETY: fresh descriptors, arrays of the stated lengths.
@@ -232,45 +215,40 @@ impl ConvPlan {
         let pads = [attrs.padding[0] as i32, attrs.padding[1] as i32];
         let strides = [attrs.stride[0] as i32, attrs.stride[1] as i32];
         let dil = [attrs.dilation[0] as i32, attrs.dilation[1] as i32];
+        let math = if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { math_type() } else { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH };
         // SAFETY: as above.
         unsafe {
             result::set_convolutionnd_descriptor(cd, 2, pads.as_ptr(), strides.as_ptr(), dil.as_ptr(), sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION, sys::cudnnDataType_t::CUDNN_DATA_FLOAT)
                 .map_err(|e| dnn("convolution descriptor", e))?;
             result::set_convolution_group_count(cd, attrs.groups as i32).map_err(|e| dnn("group count", e))?;
-            let math = if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { math_type() } else { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH };
             result::set_convolution_math_type(cd, math).map_err(|e| dnn("math type", e))?;
         }
-        // Everything the descriptors above say, which is all the heuristic is asked about.
         let signature = format!(
-            "{ty:?} x{:?}/{:?} w{wdims:?} {format:?} y{:?} pad{pads:?} stride{strides:?} dil{dil:?} groups{} {:?}",
+            "{ty:?} x{:?}/{:?} w{wdims:?} {format:?} y{:?} pad{pads:?} stride{strides:?} dil{dil:?} groups{} {math:?}",
             nchw(&x.shape),
             nchw(x_strides),
             nchw(out_shape),
             attrs.groups,
-            if ty == sys::cudnnDataType_t::CUDNN_DATA_FLOAT { math_type() } else { sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH },
         );
-        plan.algos = super::conv_algos::ranked(&signature, || {
-            let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> = Vec::with_capacity(16);
-            let mut count = 0i32;
-            // SAFETY: `perf` has room for the 16 results asked for.
-            unsafe {
-                result::get_convolution_forward_algorithm(handle, xd, wd, cd, yd, 16, &mut count, perf.as_mut_ptr()).map_err(|e| dnn("choosing an algorithm", e))?;
-                perf.set_len(count.clamp(0, 16) as usize);
-            }
-            Ok(perf
-                .iter()
-                .filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE)
-                .map(|p| (p.algo, p.memory))
-                .collect())
-        })?;
-        if plan.algos.is_empty() {
-            return Err(Error::Device(format!("cuDNN has no algorithm for conv {:?} * {:?} -> {out_shape:?}", x.shape, w.shape)));
+        Ok(Some((plan, signature)))
+    }
+
+    /// What cuDNN's heuristic offers for this plan's conv, best first: the algorithms that
+    /// succeed within [`MAX_WORKSPACE`], with the workspace each needs.
+    fn heuristic(&self, gpu: &Gpu) -> Result<super::conv_algos::Ranked> {
+        let handle = gpu.cudnn()?.0;
+        let mut perf: Vec<sys::cudnnConvolutionFwdAlgoPerf_t> = Vec::with_capacity(16);
+        let mut count = 0i32;
+        // SAFETY: this plan's live descriptors; `perf` has room for the 16 results asked for.
+        unsafe {
+            result::get_convolution_forward_algorithm(handle, self.x, self.w, self.conv, self.y, 16, &mut count, perf.as_mut_ptr()).map_err(|e| dnn("choosing an algorithm", e))?;
+            perf.set_len(count.clamp(0, 16) as usize);
         }
-        if fusion.is_some() && plan.bias.is_none() {
-            return Err(Error::Device("conv fusion planned without a bias".into()));
-        }
-        plan.set_algo(gpu, None)?;
-        Ok(Some(plan))
+        Ok(perf
+            .iter()
+            .filter(|p| p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS && p.memory <= MAX_WORKSPACE)
+            .map(|p| (p.algo, p.memory))
+            .collect())
     }
 
     /// The algorithms this conv can run with, by number, the heuristic's choice first.

@@ -96,11 +96,6 @@ impl Isa {
 /// f32 values the largest tile holds (14 pixels of 32 channels).
 const TILE_VALUES: usize = avx512::TILE * avx512::LANES;
 
-/// Whether this CPU runs these kernels (see [`Isa::detect`]).
-pub(crate) fn supported() -> bool {
-    Isa::detect().is_some()
-}
-
 /// Whether a conv of this geometry runs here (its weights must also be constant).
 pub(crate) fn eligible(g: &Geom) -> bool {
     // A 1x1 conv is a plain GEMM, whose packing keeps its operands in cache better than
@@ -111,12 +106,11 @@ pub(crate) fn eligible(g: &Geom) -> bool {
     // Stride 2 only on AVX-512: the AVX2 tiles' strided loads of 6 pixels made resnet50's
     // stride-2 3x3 convs 15-30% slower than im2col + GEMM (paired runs of `kiln bench resnet50
     // --profile`, KILN_DISABLE_CONV_TILES=1 for the other side, on a Zen 3 VM).
-    let stride_ok = match (Isa::detect(), g.a.stride[1]) {
-        (_, 1) => true,
-        (Some(Isa::Avx512), 2) => true,
-        _ => false,
+    let Some(isa) = Isa::detect() else {
+        return false;
     };
-    supported() && g.groups == 1 && g.cg > 1 && g.kh * g.kw > 1 && g.p() >= 64 && stride_ok && g.o > 0
+    let stride_ok = g.a.stride[1] == 1 || (g.a.stride[1] == 2 && isa == Isa::Avx512);
+    g.groups == 1 && g.cg > 1 && g.kh * g.kw > 1 && g.p() >= 64 && stride_ok && g.o > 0
 }
 
 /// The input of one image as the tiles read it: `[C][Hp][Wp]` planes, padding included;
@@ -179,7 +173,7 @@ impl PackedWeights {
     ///
     /// # Safety
     /// `pw[o * w_rs + k * w_cs]` must be readable for every `o < O`, `k < K`.
-    /// Panics when the CPU runs no tiles ([`supported`] is checked first).
+    /// Panics when the CPU runs no tiles ([`eligible`] is checked first).
     pub(crate) unsafe fn pack(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize) -> PackedWeights {
         let isa = Isa::detect().expect("conv tiles packed on a CPU that runs them");
         let (k, lanes) = (g.k(), isa.lanes());
