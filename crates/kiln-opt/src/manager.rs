@@ -121,7 +121,8 @@ pub struct PassReport {
 pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassReport>)> {
     check_names(&opts.disabled)?;
     kiln_ir::verify(graph).map_err(|e| e.context("optimize: the input graph"))?;
-    let bn_fold = BnFold { into_weights: opts.target == Target::Gpu };
+    let gpu = opts.target == Target::Gpu;
+    let bn_fold = BnFold { into_weights: gpu, channels_last: gpu && !opts.disabled.iter().any(|d| d == "channels_last") };
     let decompose = Decompose { keep: opts.keep };
     let pipeline: [&dyn Pass; 12] = [
         &Fold, &Simplify, &bn_fold, &decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &MergeMatmuls, &Layout, &Dce,

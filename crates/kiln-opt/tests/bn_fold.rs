@@ -9,7 +9,7 @@ use kiln_ir::{
     BinaryOp, Conv2dAttrs, DType, Graph, HostTensor, NodeId, Op, Shape, TensorType, UnaryOp, verify,
 };
 use kiln_opt::Pass;
-use kiln_opt::passes::{BnFold, Dce};
+use kiln_opt::passes::{BnFold, ChannelsLast, Dce};
 
 /// Adds BatchNorm params `[c]` (scale, bias, mean, var > 0) as constants and the BN node.
 fn bn(g: &mut Graph, rng: &mut Rng, x: NodeId, c: usize) -> NodeId {
@@ -80,7 +80,7 @@ fn conv_bn_folds_into_a_multiply_add_and_drops_the_conv_bias() {
 fn into_weights_conv_bn_leaves_only_a_conv_with_bias() {
     for (seed, groups, with_bias) in [(21, 1, false), (22, 1, true), (23, 2, true), (24, 2, false)] {
         let (g, inputs) = conv_bn(seed, groups, with_bias);
-        let out = fold_with(&g, BnFold { into_weights: true });
+        let out = fold_with(&g, BnFold { into_weights: true, channels_last: false });
         assert_eq!(count(&out, "batch_norm") + count(&out, "mul") + count(&out, "add"), 0, "{out}");
         let conv = out.nodes.iter().find(|n| n.op.name() == "conv2d").unwrap();
         assert_eq!(conv.inputs.len(), 3, "the shift is the conv's bias: {out}");
@@ -92,7 +92,7 @@ fn into_weights_conv_bn_leaves_only_a_conv_with_bias() {
     let (mut g, inputs) = conv_bn(25, 1, true);
     let conv = NodeId(g.nodes.iter().position(|n| n.op.name() == "conv2d").unwrap() as u32);
     g.output(conv);
-    let out = fold_with(&g, BnFold { into_weights: true });
+    let out = fold_with(&g, BnFold { into_weights: true, channels_last: false });
     assert_eq!((count(&out, "batch_norm"), count(&out, "mul"), count(&out, "add")), (0, 1, 1), "{out}");
     let err = max_rel_err(&g, &out, &inputs);
     assert!(err < 1e-5, "max rel err {err}");
@@ -316,5 +316,48 @@ fn rank_2_batch_norm_scales_by_a_vector_and_rank_3_by_a_column() {
         assert_eq!(out.consts.iter().filter(|t| t.shape() == want).count(), 2, "scale and shift {want:?}: {out}");
         let err = max_rel_err(&g, &out, &[rand_f32(&mut rng, &dims, -1.0, 1.0)]);
         assert!(err < 1e-5, "{dims:?}: max rel err {err}");
+    }
+}
+
+/// The constant a conv's weight input reads, through at most one view: (the constant, the view's
+/// permutation if any).
+fn weight_of(g: &Graph) -> (std::sync::Arc<HostTensor>, Option<Vec<usize>>) {
+    let conv = g.nodes.iter().find(|n| n.op.name() == "conv2d").unwrap();
+    let (c, perm) = match &g.node(conv.inputs[1]).op {
+        Op::Permute(p) => (g.node(conv.inputs[1]).inputs[0], Some(p.clone())),
+        _ => (conv.inputs[1], None),
+    };
+    let Op::Constant(id) = g.node(c).op else { panic!("weight is not a constant: {g}") };
+    (g.consts[id.0 as usize].clone(), perm)
+}
+
+#[test]
+fn into_weights_channels_last_writes_each_weight_once_nhwc_and_shares_it_across_compiles() {
+    for (seed, groups, with_bias) in [(31, 1, true), (32, 2, false)] {
+        let (g, inputs) = conv_bn(seed, groups, with_bias);
+        let pass = BnFold { into_weights: true, channels_last: true };
+        let out = fold_with(&g, pass);
+        let err = max_rel_err(&g, &out, &inputs);
+        assert!(err < 1e-5, "seed {seed}: max rel err {err}");
+        // Stored [O, kh, kw, I], read through the permutation back to [O, I, kh, kw].
+        let (w, perm) = weight_of(&out);
+        assert_eq!((w.shape(), perm), (&[6, 3, 3, 4 / groups][..], Some(vec![0, 3, 1, 2])), "{out}");
+        // channels_last takes that storage as the NHWC weight: no second copy.
+        let last = Dce.run(&ChannelsLast.run(&out).unwrap()).unwrap();
+        let (w_last, perm) = weight_of(&last);
+        assert!(perm.is_none() && std::sync::Arc::ptr_eq(&w_last.storage, &w.storage), "{last}");
+        assert!(max_rel_err(&g, &last, &inputs) < 1e-5);
+        // Compiling again while a result holds the weight shares it ...
+        let again = fold_with(&g, pass);
+        assert!(std::sync::Arc::ptr_eq(&weight_of(&again).0.storage, &w.storage));
+        // ... but not across different BatchNorm parameters.
+        let mut other = g.clone();
+        let var = other.nodes.iter().find(|n| n.op.name() == "batch_norm").unwrap().inputs[4];
+        let Op::Constant(vid) = other.node(var).op else { panic!() };
+        let bumped: Vec<f32> = other.consts[vid.0 as usize].to_vec::<f32>().unwrap().iter().map(|v| v * 2.0).collect();
+        other.consts[vid.0 as usize] = std::sync::Arc::new(HostTensor::from_vec(bumped, &[6]).unwrap());
+        let changed = fold_with(&other, pass);
+        assert!(!std::sync::Arc::ptr_eq(&weight_of(&changed).0.storage, &w.storage));
+        assert!(max_rel_err(&other, &changed, &inputs) < 1e-5);
     }
 }

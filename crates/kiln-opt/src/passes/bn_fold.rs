@@ -15,7 +15,12 @@
 //! [`BnFold::into_weights`] is the other trade, for a GPU: every weight is copied to the device
 //! anyway, and a conv whose BatchNorm is gone entirely (`w * s`, bias `t`) lets cuDNN apply
 //! bias, residual add and ReLU inside the conv call, where the multiply-add would need a
-//! separate pass over the output.
+//! separate pass over the output. With [`BnFold::channels_last`] the rescaled weight is stored
+//! channels last (`[O, kh, kw, I]`) behind a permuting view back to `[O, I, kh, kw]`, the form
+//! `channels_last` wants, which then takes the stored weight as it is: each weight is written
+//! once instead of rescaled and then permuted. The rescaled weights are shared across compiles
+//! through `memo.rs` (keyed by the source weight and the scale), so compiling a model again in
+//! a process that holds a compiled copy (the GPU's warm first call) writes none.
 
 use super::Pass;
 use crate::rewrite::{Rewrite, Step, use_counts};
@@ -31,7 +36,13 @@ pub struct BnFold {
     /// its bias, so no multiply-add is left; a BatchNorm after anything else still becomes the
     /// multiply-add.
     pub into_weights: bool,
+    /// With `into_weights`: store each rescaled 4-d weight channels last, behind a `Permute`
+    /// view back to the conv's order (set when the `channels_last` pass runs next).
+    pub channels_last: bool,
 }
+
+/// The permutation that reads a channels-last (`[O, kh, kw, I]`) weight as `[O, I, kh, kw]`.
+const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
 
 /// A BatchNorm to rewrite.
 #[derive(Clone, Copy)]
@@ -82,7 +93,14 @@ impl Pass for BnFold {
                     let x = rw.mapped(cn.inputs[0])?;
                     if self.into_weights {
                         let w = tensor(cn.inputs[1]).ok_or_else(|| Error::Graph(format!("bn_fold: the weight of {conv} is not a constant")))?;
-                        let w = rw.constant(scale_rows(w, &s)?);
+                        let nhwc = self.channels_last && w.shape().len() == 4;
+                        let tag = if nhwc { "bn_fold_nhwc" } else { "bn_fold" };
+                        let bits: Vec<u64> = s.iter().map(|v| v.to_bits()).collect();
+                        let folded = crate::memo::derived(tag, &[w], &bits, || scale_rows(w, &s, nhwc))?;
+                        let mut w = rw.constant(folded);
+                        if nhwc {
+                            w = rw.add(Op::Permute(NHWC_TO_NCHW.to_vec()), &[w])?;
+                        }
                         let b = rw.constant(typed(dtype, t, &[s.len()])?);
                         return Ok(Step::Replace(rw.add(cn.op.clone(), &[x, w, b])?));
                     }
@@ -104,17 +122,30 @@ impl Pass for BnFold {
 }
 
 /// `w` with each of its `s.len()` leading rows (output channels) times `s[row]`, computed in
-/// f64 and rounded once (typed loops: this runs over every conv weight on every compile).
-fn scale_rows(w: &HostTensor, s: &[f64]) -> Result<HostTensor> {
+/// f64 and rounded once (typed loops: this runs over every conv weight on a first compile).
+/// With `nhwc` a 4-d `[O, I, kh, kw]` weight comes out as `[O, kh, kw, I]`: each row's
+/// `[I, kh*kw]` block is transposed as it is scaled.
+fn scale_rows(w: &HostTensor, s: &[f64], nhwc: bool) -> Result<HostTensor> {
+    let dims = w.shape().to_vec();
+    let (inner, taps) = match dims[..] {
+        [_, i, kh, kw] if nhwc => (i, kh * kw),
+        _ => (1, 1),
+    };
+    let shape = if nhwc { vec![dims[0], dims[2], dims[3], dims[1]] } else { dims.clone() };
     kiln_ir::with_dtype!(w.dtype(), T, {
         let v = w.values::<T>()?;
         let per_row = (v.len() / s.len().max(1)).max(1);
         let mut out = vec![T::zero(); v.len()];
         // Rows in parallel: the pages of the new weights are first touched by many threads.
         out.par_chunks_mut(per_row).zip(v.par_chunks(per_row)).zip(s.par_iter()).for_each(|((dst, row), &k)| {
-            dst.iter_mut().zip(row).for_each(|(d, &x)| *d = T::from_f64(x.to_f64() * k));
+            // Source `[i, tap]` goes to `[tap, i]` (the identity when `inner` is 1).
+            for (i, taps_of_i) in row.chunks(taps).enumerate() {
+                for (tap, &x) in taps_of_i.iter().enumerate() {
+                    dst[tap * inner + i] = T::from_f64(x.to_f64() * k);
+                }
+            }
         });
-        HostTensor::from_vec(out, w.shape())
+        HostTensor::from_vec(out, &shape)
     })
 }
 

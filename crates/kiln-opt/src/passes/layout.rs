@@ -38,7 +38,7 @@ impl Pass for Layout {
                     if rank < 2 || value.layout.strides[rank - 1] == 1 || value.numel() == 0 {
                         return Ok(Step::Copy);
                     }
-                    let value = crate::memo::derived("layout", &[&value], || Ok(value.contiguous()))?;
+                    let value = crate::memo::derived("layout", &[&value], &[], || Ok(value.contiguous()))?;
                     bytes += value.numel() * value.dtype().size_of();
                     let d = rw.constant(value);
                     packed.insert(b, d);

@@ -103,7 +103,7 @@ impl Pass for MergeMatmuls {
 fn concat_columns(parts: &[HostTensor]) -> Result<HostTensor> {
     let axis = parts[0].shape().len() - 1;
     let refs: Vec<&HostTensor> = parts.iter().collect();
-    crate::memo::derived("merge_matmuls", &refs, || kiln_cpu::eval(&Op::Concat { axis }, &refs))
+    crate::memo::derived("merge_matmuls", &refs, &[], || kiln_cpu::eval(&Op::Concat { axis }, &refs))
 }
 
 /// Groups of at least two matmuls to merge, members in node order.
