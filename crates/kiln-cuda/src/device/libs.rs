@@ -3,6 +3,7 @@
 //! absence into an error that names the library and what to install.
 
 use kiln_ir::{Error, Result};
+use std::sync::OnceLock;
 
 /// One CUDA library kiln uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,18 +45,38 @@ impl Lib {
         }
     }
 
-    /// Whether the library can be loaded on this machine.
-    pub fn present(self) -> bool {
-        // SAFETY: these only try `dlopen` on the candidate names; nothing is called.
-        unsafe {
-            match self {
-                Lib::Driver => cudarc::driver::sys::is_culib_present(),
-                Lib::Nvrtc => cudarc::nvrtc::sys::is_culib_present(),
-                Lib::Cublas => cudarc::cublas::sys::is_culib_present(),
-                Lib::CublasLt => cudarc::cublaslt::sys::is_culib_present(),
-                Lib::Cudnn => cudarc::cudnn::sys::is_culib_present(),
-            }
+    /// The names cudarc loads the library by (each expanded by
+    /// `cudarc::get_lib_name_candidates`).
+    fn cudarc_names(self) -> &'static [&'static str] {
+        match self {
+            Lib::Driver => &["cuda", "nvcuda"],
+            Lib::Nvrtc => &["nvrtc"],
+            Lib::Cublas => &["cublas"],
+            Lib::CublasLt => &["cublasLt"],
+            Lib::Cudnn => &["cudnn"],
         }
+    }
+
+    /// Whether the library can be loaded on this machine. The first check loads it, by the
+    /// names cudarc tries in cudarc's order, and keeps it loaded: cudarc's own load later is
+    /// then a reference count. (cudarc's `is_culib_present` unloads what it found, so each
+    /// library was loaded twice on a first compile: cuBLASLt and cuDNN are large.)
+    pub fn present(self) -> bool {
+        static LOADED: [OnceLock<bool>; Lib::ALL.len()] = [const { OnceLock::new() }; Lib::ALL.len()];
+        *LOADED[self as usize].get_or_init(|| {
+            self.cudarc_names().iter().flat_map(|n| cudarc::get_lib_name_candidates(n)).any(|name| {
+                // SAFETY: loading a CUDA library runs only its initialisers, as cudarc's load of
+                // the same file does; nothing in it is called here.
+                match unsafe { libloading::Library::new(&name) } {
+                    Ok(lib) => {
+                        // Kept for the life of the process, as cudarc keeps its handle.
+                        std::mem::forget(lib);
+                        true
+                    }
+                    Err(_) => false,
+                }
+            })
+        })
     }
 }
 

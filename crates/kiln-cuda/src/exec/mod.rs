@@ -159,10 +159,13 @@ impl Executable {
         let (offsets, arena_bytes) = kiln_cpu::compiled::place_temps(&program)?;
         let source = render_cuda(&program)?;
         tracing::info!(target: "kiln::output_code", "generated CUDA C ({} kernels):\n{}", source.kernels.len(), source.source);
+        let rendered = began.elapsed();
+        let mut cubin_done = rendered;
         let (module, cache_outcome) = if source.kernels.is_empty() {
             (None, None)
         } else {
             let (cubin, outcome) = crate::nvrtc::cached_cubin(cache, &source.source, gpu.sm(), NVRTC_OPTIONS)?;
+            cubin_done = began.elapsed();
             let names: Vec<&str> = source.kernels.iter().map(|k| k.name.as_str()).collect();
             (Some(Module::load(gpu, &cubin, &names)?), Some(outcome))
         };
@@ -284,9 +287,12 @@ impl Executable {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
             target: "kiln::cuda",
-            "executable built in {:.1} ms: kernels {:.1} ms (render, NVRTC or the cache, load), arena and constants {:.1} ms, library plans {:.1} ms",
+            "executable built in {:.1} ms: kernels {:.1} ms (render {:.1}, cubin from NVRTC or the cache {:.1}, load {:.1}), arena and constants {:.1} ms, library plans {:.1} ms",
             ms(began.elapsed()),
             ms(kernels_done),
+            ms(rendered),
+            ms(cubin_done - rendered),
+            ms(kernels_done - cubin_done),
             ms(memory_done - kernels_done),
             ms(began.elapsed() - memory_done),
         );

@@ -267,6 +267,11 @@ fn compile_cuda(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOption
         }
     });
     let planned = plan(graph, input_shapes, opts);
+    // While the device is still opening (this thread would only wait): NVRTC, which the
+    // executable needs first (its version keys the cubin cache), loads here rather than after.
+    // Loading cuDNN and cuBLASLt here too was tried: context creation slowed by as much as it
+    // saved later, on the H200.
+    kiln_cuda::Lib::Nvrtc.present();
     let (gpu, opened) = rx.recv().map_err(|_| kiln_ir::Error::Device(format!("cuda:{ordinal}: the thread opening the device stopped")))?;
     let gpu = gpu?;
     let (program, mut report) = planned?;
