@@ -287,7 +287,7 @@ impl Executable {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         tracing::info!(
             target: "kiln::cuda",
-            "executable built in {:.1} ms: kernels {:.1} ms (render {:.1}, cubin from NVRTC or the cache {:.1}, load {:.1}), arena and constants {:.1} ms, library plans {:.1} ms",
+            "executable built in {:.1} ms: kernels {:.1} ms (epilogue checks with the libraries and render {:.1}, cubin from NVRTC or the cache {:.1}, load {:.1}), arena and constants {:.1} ms, library plans {:.1} ms",
             ms(began.elapsed()),
             ms(kernels_done),
             ms(rendered),
