@@ -317,9 +317,10 @@ fn row_blocks_and_many_im2col_rows() {
 /// Shapes that reach every tile of the conv tiles (where the CPU has AVX-512 or AVX2, for KxK
 /// convs of at least 64 output pixels): AVX-512's 14- and 7-wide tiles, paired 7-wide rows
 /// with an odd row left over, single-pixel remainders, AVX2's 6-wide tiles and remainders of
-/// 1 to 5, channel panels of 32 / 16 with a partial last one, strides 1 and 2 (stride 2 on
-/// the tiles with AVX-512 only; on AVX2 through im2col), padded and
-/// unpadded inputs, many tasks per thread; and 1x1 convs beside them.
+/// 1 to 5, channel panels of 32 / 16 with a partial last one, input channels in blocks of 16
+/// with a partial last one, strides 1 and 2 (stride 2 on the tiles with AVX-512 only; on AVX2
+/// through im2col), padded and unpadded inputs, many tasks per thread; and 1x1 convs beside
+/// them.
 #[test]
 fn tile_widths_channel_panels_and_remainders() {
     for (x, o, k, stride, pad) in [
@@ -335,6 +336,12 @@ fn tile_widths_channel_panels_and_remainders() {
         ([1, 9, 7, 9], 65, 1, 1, [0; 4]),
         ([2, 16, 13, 5], 32, 1, 2, [0; 4]),
         ([1, 8, 28, 28], 96, 1, 1, [0; 4]),
+        // Input channels in blocks of 16 and a part block, over groups of two output rows
+        // (an odd one left), 7-wide rows paired on AVX-512, a 5x5 kernel.
+        ([1, 37, 9, 14], 20, 3, 1, [1, 1, 1, 1]),
+        ([1, 40, 11, 7], 33, 3, 1, [1, 1, 1, 1]),
+        ([1, 20, 12, 12], 24, 5, 1, [2, 2, 2, 2]),
+        ([1, 33, 17, 17], 16, 3, 2, [1, 1, 1, 1]),
     ] {
         for after in [After::Nothing, After::AddRelu] {
             check(&Case { after, ..case(x, o, k, attrs(stride, pad, 1, 1)) });

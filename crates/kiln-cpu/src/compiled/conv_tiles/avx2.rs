@@ -8,12 +8,18 @@ use std::arch::x86_64::*;
 /// Output channels per tile.
 pub(super) const LANES: usize = 16;
 /// Output pixels per tile at most.
-const TILE: usize = 6;
+pub(super) const TILE: usize = 6;
 
-/// See [`super::Isa::tile`]: the first `min(left, 6)` pixels of the row at `row`.
+/// Pixels of the widest tile that fits `left` pixels.
+pub(super) fn width(left: usize) -> usize {
+    left.min(TILE)
+}
+
+/// See [`super::Isa::tile`]: the first [`width`]`(left)` pixels of the row at `row`.
 ///
 /// # Safety
 /// As [`super::Isa::tile`], on a CPU with AVX2 and FMA.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn tile(
     sw: usize,
     k: usize,
@@ -22,29 +28,30 @@ pub(super) unsafe fn tile(
     left: usize,
     w: *const f32,
     out: *mut f32,
-) -> usize {
+    accumulate: bool,
+) {
+    let a = accumulate;
     // SAFETY: forwarded from the caller.
     unsafe {
-        match (left.min(TILE), sw) {
-            (6, 1) => tile_k::<6, 1>(k, taps, row, w, out),
-            (6, _) => tile_k::<6, 2>(k, taps, row, w, out),
-            (5, 1) => tile_k::<5, 1>(k, taps, row, w, out),
-            (5, _) => tile_k::<5, 2>(k, taps, row, w, out),
-            (4, 1) => tile_k::<4, 1>(k, taps, row, w, out),
-            (4, _) => tile_k::<4, 2>(k, taps, row, w, out),
-            (3, 1) => tile_k::<3, 1>(k, taps, row, w, out),
-            (3, _) => tile_k::<3, 2>(k, taps, row, w, out),
-            (2, 1) => tile_k::<2, 1>(k, taps, row, w, out),
-            (2, _) => tile_k::<2, 2>(k, taps, row, w, out),
-            (_, 1) => tile_k::<1, 1>(k, taps, row, w, out),
-            (_, _) => tile_k::<1, 2>(k, taps, row, w, out),
+        match (width(left), sw) {
+            (6, 1) => tile_k::<6, 1>(k, taps, row, w, out, a),
+            (6, _) => tile_k::<6, 2>(k, taps, row, w, out, a),
+            (5, 1) => tile_k::<5, 1>(k, taps, row, w, out, a),
+            (5, _) => tile_k::<5, 2>(k, taps, row, w, out, a),
+            (4, 1) => tile_k::<4, 1>(k, taps, row, w, out, a),
+            (4, _) => tile_k::<4, 2>(k, taps, row, w, out, a),
+            (3, 1) => tile_k::<3, 1>(k, taps, row, w, out, a),
+            (3, _) => tile_k::<3, 2>(k, taps, row, w, out, a),
+            (2, 1) => tile_k::<2, 1>(k, taps, row, w, out, a),
+            (2, _) => tile_k::<2, 2>(k, taps, row, w, out, a),
+            (_, 1) => tile_k::<1, 1>(k, taps, row, w, out, a),
+            (_, _) => tile_k::<1, 2>(k, taps, row, w, out, a),
         }
     }
-    left.min(TILE)
 }
 
-/// `out[c * 16 + l] = sum_t x(c, t) * w[t * 16 + l]` for the `COLS` pixels of a tile, where
-/// pixel `c` reads `row + taps[t] + c * S`.
+/// `out[c * 16 + l] (+)= sum_t x(c, t) * w[t * 16 + l]` for the `COLS` pixels of a tile,
+/// where pixel `c` reads `row + taps[t] + c * S` (added to `out` with `accumulate`).
 ///
 /// # Safety
 /// AVX2 and FMA are available; every address read is inside the input; `taps` holds
@@ -56,8 +63,15 @@ unsafe fn tile_k<const COLS: usize, const S: usize>(
     row: *const f32,
     w: *const f32,
     out: *mut f32,
+    accumulate: bool,
 ) {
     let mut acc = [[_mm256_setzero_ps(); 2]; COLS];
+    if accumulate {
+        for (c, a) in acc.iter_mut().enumerate() {
+            // SAFETY: inside `out` (COLS * 16 values).
+            unsafe { *a = [_mm256_loadu_ps(out.add(c * LANES)), _mm256_loadu_ps(out.add(c * LANES + 8))] };
+        }
+    }
     let mut w = w;
     for t in 0..k {
         // SAFETY: forwarded from the caller.

@@ -9,7 +9,18 @@ pub(super) const LANES: usize = 32;
 /// Output pixels per tile at most (28 accumulators of 32 registers).
 pub(super) const TILE: usize = 14;
 
-/// See [`super::Isa::tile`]: 14, 7 or 1 pixels of a row, or 7 of two rows with `row2`.
+/// Pixels per row of the widest tile that fits `left` pixels: 7 of two rows when `paired`,
+/// else 14, 7 or 1 of one.
+pub(super) fn width(left: usize, paired: bool) -> usize {
+    match left {
+        _ if paired => 7,
+        l if l >= TILE => TILE,
+        l if l >= 7 => 7,
+        _ => 1,
+    }
+}
+
+/// See [`super::Isa::tile`]: [`width`] pixels of a row, or 7 of two rows with `row2`.
 ///
 /// # Safety
 /// As [`super::Isa::tile`], on a CPU with AVX-512F.
@@ -23,20 +34,22 @@ pub(super) unsafe fn tile(
     left: usize,
     w: *const f32,
     out: *mut f32,
-) -> usize {
+    accumulate: bool,
+) {
+    let a = accumulate;
     // SAFETY: forwarded from the caller.
     unsafe {
-        match row2 {
-            Some(r2) => tile_s::<2, 7>(sw, k, taps, &[row, r2], w, out),
-            None if left >= TILE => tile_s::<1, TILE>(sw, k, taps, &[row], w, out),
-            None if left >= 7 => tile_s::<1, 7>(sw, k, taps, &[row], w, out),
-            None => tile_s::<1, 1>(sw, k, taps, &[row], w, out),
+        match (row2, width(left, row2.is_some())) {
+            (Some(r2), _) => tile_s::<2, 7>(sw, k, taps, &[row, r2], w, out, a),
+            (None, TILE) => tile_s::<1, TILE>(sw, k, taps, &[row], w, out, a),
+            (None, 7) => tile_s::<1, 7>(sw, k, taps, &[row], w, out, a),
+            (None, _) => tile_s::<1, 1>(sw, k, taps, &[row], w, out, a),
         }
     }
 }
 
 /// [`tile_k`] at column stride `sw` (1 or 2: the stride is a constant of each kernel, so
-/// a pixel's address is an immediate offset); returns the tile's pixels per row (`COLS`).
+/// a pixel's address is an immediate offset).
 ///
 /// # Safety
 /// As [`tile_k`].
@@ -47,20 +60,21 @@ unsafe fn tile_s<const ROWS: usize, const COLS: usize>(
     rows: &[*const f32; ROWS],
     w: *const f32,
     out: *mut f32,
-) -> usize {
+    accumulate: bool,
+) {
     // SAFETY: forwarded from the caller.
     unsafe {
         if sw == 1 {
-            tile_k::<ROWS, COLS, 1>(k, taps, rows, w, out)
+            tile_k::<ROWS, COLS, 1>(k, taps, rows, w, out, accumulate)
         } else {
-            tile_k::<ROWS, COLS, 2>(k, taps, rows, w, out)
+            tile_k::<ROWS, COLS, 2>(k, taps, rows, w, out, accumulate)
         }
     }
-    COLS
 }
 
-/// `out[r * 32 + l] = sum_t x(r, t) * w[t * 32 + l]` for the `ROWS x COLS` pixels of a tile,
-/// where pixel `(a, b)` reads `rows[a] + taps[t] + b * S`.
+/// `out[r * 32 + l] (+)= sum_t x(r, t) * w[t * 32 + l]` for the `ROWS x COLS` pixels of a
+/// tile, where pixel `(a, b)` reads `rows[a] + taps[t] + b * S` (added to `out` with
+/// `accumulate`).
 ///
 /// # Safety
 /// AVX-512F must be available; every address read must be inside the input; `taps` holds
@@ -73,8 +87,18 @@ unsafe fn tile_k<const ROWS: usize, const COLS: usize, const S: usize>(
     rows: &[*const f32; ROWS],
     w: *const f32,
     out: *mut f32,
+    accumulate: bool,
 ) {
     let mut acc = [[[_mm512_setzero_ps(); 2]; COLS]; ROWS];
+    if accumulate {
+        for (r, row) in acc.iter_mut().enumerate() {
+            for (c, a) in row.iter_mut().enumerate() {
+                let at = (r * COLS + c) * LANES;
+                // SAFETY: inside `out` (ROWS * COLS * 32 values).
+                unsafe { *a = [_mm512_loadu_ps(out.add(at)), _mm512_loadu_ps(out.add(at + 16))] };
+            }
+        }
+    }
     let mut w = w;
     for t in 0..k {
         // SAFETY: forwarded from the caller.

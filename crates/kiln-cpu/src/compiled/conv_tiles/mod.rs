@@ -1,10 +1,12 @@
 //! The f32 convolution on x86-64 CPUs with AVX-512 or AVX2 + FMA, without im2col: each tile
 //! keeps a panel of output channels (32 on AVX-512, 16 on AVX2) of several output pixels (up
-//! to 14 / 6) in vector registers and walks the taps `(c, i, j)` once, multiplying one panel
-//! of packed weights by each pixel's input value, read straight from the (zero-padded) input
-//! (`avx512.rs`, `avx2.rs`: the tiles; this file: packing, padding, splitting, storing). No patch matrix is built, so a 3x3 conv reads its input
-//! once instead of writing and reading it nine times; the weights are packed once per
-//! executable. Tiles are transposed into the NCHW output with their bias added.
+//! to 14 / 6) in vector registers and walks the taps `(c, i, j)`, multiplying one panel of
+//! packed weights by each pixel's input value, read straight from the (zero-padded) input
+//! (`avx512.rs`, `avx2.rs`: the tiles; this file: packing, padding, splitting, storing). No
+//! patch matrix is built, so a 3x3 conv reads its input once instead of writing and reading
+//! it nine times; the weights are packed once per executable. The taps go 16 input channels
+//! at a time over two output rows' tiles (see [`panel_rows`]), so the weights and input rows
+//! in use stay in L1. Tiles are transposed into the NCHW output with their bias added.
 //!
 //! Used for KxK convs (not 1x1) of at least 64 output pixels with one group, more than one
 //! input channel, a column stride of 1 or 2 and constant weights (see [`eligible`]); the
@@ -65,12 +67,29 @@ impl Isa {
         self == Isa::Avx512 && ow == 7
     }
 
-    /// The widest tile that fits `left` pixels of the row at `row` (and of the one at `row2`,
-    /// when [`Isa::pairs`]), into `out` (`[pixel][lanes]`); returns its pixels per row.
+    /// Pixels per row of the widest tile that fits `left` pixels (of two rows when `paired`).
+    fn width(self, left: usize, paired: bool) -> usize {
+        match self {
+            Isa::Avx512 => avx512::width(left, paired),
+            Isa::Avx2 => avx2::width(left),
+        }
+    }
+
+    /// f32 values of the tile buffer one tile needs (its pixels times the lanes, at most).
+    fn tile_values(self) -> usize {
+        match self {
+            Isa::Avx512 => avx512::TILE * avx512::LANES,
+            Isa::Avx2 => avx2::TILE * avx2::LANES,
+        }
+    }
+
+    /// The tile of [`Isa::width`]`(left, row2.is_some())` pixels of the row at `row` (and of
+    /// the one at `row2`, when [`Isa::pairs`]), over `k` taps, into `out` (`[pixel][lanes]`):
+    /// added to what `out` holds with `accumulate`, else written.
     ///
     /// # Safety
     /// The CPU has this ISA; every tap of every pixel is inside the padded input; `w` holds
-    /// `k * lanes` values, `taps` `k + PREFETCH` offsets and `out` [`TILE_VALUES`].
+    /// `k * lanes` values, `taps` `k + PREFETCH` offsets and `out` [`Isa::tile_values`].
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile(
         self,
@@ -82,19 +101,27 @@ impl Isa {
         left: usize,
         w: *const f32,
         out: *mut f32,
-    ) -> usize {
+        accumulate: bool,
+    ) {
         // SAFETY: forwarded from the caller.
         unsafe {
             match self {
-                Isa::Avx512 => avx512::tile(sw, k, taps, row, row2, left, w, out),
-                Isa::Avx2 => avx2::tile(sw, k, taps, row, left, w, out),
+                Isa::Avx512 => avx512::tile(sw, k, taps, row, row2, left, w, out, accumulate),
+                Isa::Avx2 => avx2::tile(sw, k, taps, row, left, w, out, accumulate),
             }
         }
     }
 }
 
-/// f32 values the largest tile holds (14 pixels of 32 channels).
-const TILE_VALUES: usize = avx512::TILE * avx512::LANES;
+/// Input channels of one pass over a group of output rows: the panel's weights of that many
+/// channels (9 KB of a 3x3 conv on AVX2) and the input rows they read stay in L1 while every
+/// tile of the rows uses them. One pass over all channels made each tile stream the whole
+/// panel (36 KB at 64 channels, 147 KB at 256) from L2, evicting the input lines the next
+/// tile read again.
+const CHANNEL_BLOCK: usize = 16;
+
+/// Output rows of one group (the tiles' partial sums between channel blocks stay in cache).
+const GROUP_ROWS: usize = 2;
 
 /// Whether a conv of this geometry runs here (its weights must also be constant).
 pub(crate) fn eligible(g: &Geom) -> bool {
@@ -283,7 +310,10 @@ unsafe fn pad_image(
 }
 
 /// Output rows `rows` of one panel of `chans` (at most the ISA's lanes) channels starting at
-/// `out`, reading padded input rows `row_len` long from `base`.
+/// `out`, reading padded input rows `row_len` long from `base`. The rows go in groups of
+/// [`GROUP_ROWS`]; each group's tiles sum the taps of [`CHANNEL_BLOCK`] input channels at a
+/// time, keeping partial sums in a buffer between blocks (the same sums in the same order as
+/// all taps at once: the result does not depend on the block).
 ///
 /// # Safety
 /// See [`run`]; the CPU has `isa`.
@@ -300,33 +330,54 @@ unsafe fn panel_rows(
     out: *mut f32,
     rows: std::ops::Range<usize>,
 ) {
-    let mut tile = [0.0f32; TILE_VALUES];
-    let (sh, sw, lanes) = (g.a.stride[0], g.a.stride[1], isa.lanes());
+    let (sh, sw, lanes, slot) = (g.a.stride[0], g.a.stride[1], isa.lanes(), isa.tile_values());
     let k = taps.len() - PREFETCH;
+    let block = CHANNEL_BLOCK * g.kh * g.kw;
     let t = taps.as_ptr();
+    let row_at = |y: usize, ox: usize| base.wrapping_add(y * sh * row_len + ox * sw);
+    // A group's tiles: (output row, first pixel, pixels per row, paired with the next row).
+    let mut tiles: Vec<(usize, usize, usize, bool)> = Vec::with_capacity(GROUP_ROWS * g.ow);
+    let mut sums: Vec<f32> = Vec::new();
     let mut oy = rows.start;
     while oy < rows.end {
-        let pair = isa.pairs(g.ow) && oy + 1 < rows.end;
-        let row_at = |y: usize, ox: usize| base.wrapping_add(y * sh * row_len + ox * sw);
-        let mut ox = 0;
-        while ox < g.ow {
-            let tp = tile.as_mut_ptr();
-            let row2 = pair.then(|| row_at(oy + 1, ox));
-            // SAFETY: the tile's pixels are output pixels, whose taps are all inside the
-            // padded input; `tile` holds TILE_VALUES values.
-            let n = unsafe { isa.tile(sw, k, t, row_at(oy, ox), row2, g.ow - ox, w, tp) };
-            let at = oy * g.ow + ox;
-            // SAFETY: pixels at..at+n of rows oy (and oy+1) of the panel's channels; the
-            // tile holds n (2n when paired) pixels of `lanes` values.
+        let end = rows.end.min(oy + GROUP_ROWS);
+        tiles.clear();
+        let mut y = oy;
+        while y < end {
+            let pair = isa.pairs(g.ow) && y + 1 < end;
+            let mut ox = 0;
+            while ox < g.ow {
+                let n = isa.width(g.ow - ox, pair);
+                tiles.push((y, ox, n, pair));
+                ox += n;
+            }
+            y += if pair { 2 } else { 1 };
+        }
+        sums.resize(tiles.len() * slot, 0.0);
+        for k0 in (0..k).step_by(block) {
+            for (i, &(y, ox, _, pair)) in tiles.iter().enumerate() {
+                let row2 = pair.then(|| row_at(y + 1, ox));
+                // SAFETY: the tile's pixels are output pixels, whose taps are all inside the
+                // padded input; taps k0.. and their weights exist (k0 < k); slot i of `sums`
+                // holds a tile.
+                unsafe {
+                    let sum = sums.as_mut_ptr().add(i * slot);
+                    isa.tile(sw, block.min(k - k0), t.add(k0), row_at(y, ox), row2, g.ow - ox, w.add(k0 * lanes), sum, k0 > 0);
+                }
+            }
+        }
+        for (i, &(y, ox, n, pair)) in tiles.iter().enumerate() {
+            let (tp, at) = (sums[i * slot..].as_ptr(), y * g.ow + ox);
+            // SAFETY: pixels at..at+n of rows y (and y+1) of the panel's channels; the tile
+            // holds n (2n when paired) pixels of `lanes` values.
             unsafe {
                 store(tp, lanes, n, chans, bias, out.add(at), g.p());
                 if pair {
                     store(tp.add(n * lanes), lanes, n, chans, bias, out.add(at + g.ow), g.p());
                 }
             }
-            ox += n;
         }
-        oy += if pair { 2 } else { 1 };
+        oy = end;
     }
 }
 
