@@ -9,7 +9,8 @@
 //! in use stay in L1. Tiles are transposed into the NCHW output with their bias added.
 //!
 //! Used for KxK convs (not 1x1) of at least 64 output pixels with one group, more than one
-//! input channel, a column stride of 1 or 2 and constant weights (see [`eligible`]); the
+//! input channel, a column stride of 1 or 2 (2 on AVX2 only over at most 4 input channels)
+//! and constant weights (see [`eligible`]); the
 //! others take the im2col + GEMM path. The weights are packed on the conv's first run
 //! (resnet50's first call took 0.08 s with and without the tiles).
 
@@ -130,13 +131,16 @@ pub(crate) fn eligible(g: &Geom) -> bool {
     // weight serves few multiply-adds and the conv is bound by streaming its weights, which
     // the GEMM does as well.
     //
-    // Stride 2 only on AVX-512: the AVX2 tiles' strided loads of 6 pixels made resnet50's
-    // stride-2 3x3 convs 15-30% slower than im2col + GEMM (paired runs of `kiln bench resnet50
-    // --profile`, KILN_DISABLE_CONV_TILES=1 for the other side, on a Zen 3 VM).
+    // Stride 2 on AVX2 only over an image's few colour channels (the stem): there im2col
+    // copies each pixel up to 49 times (resnet50's stem: a 7.4 MB matrix from a 0.6 MB
+    // image) and the tiles ran it in 0.55-0.65x the time (one 7x7/2 conv, 1 and 2 threads,
+    // alternated). The AVX2 tiles' strided loads of 6 pixels made resnet50's stride-2 3x3 convs
+    // (128-512 channels) 15-30% slower than im2col + GEMM, and still up to 10% slower with the
+    // channel blocks (paired runs, on a Zen 3 VM).
     let Some(isa) = Isa::detect() else {
         return false;
     };
-    let stride_ok = g.a.stride[1] == 1 || (g.a.stride[1] == 2 && isa == Isa::Avx512);
+    let stride_ok = g.a.stride[1] == 1 || (g.a.stride[1] == 2 && (isa == Isa::Avx512 || g.cg <= 4));
     g.groups == 1 && g.cg > 1 && g.kh * g.kw > 1 && g.p() >= 64 && stride_ok && g.o > 0
 }
 
