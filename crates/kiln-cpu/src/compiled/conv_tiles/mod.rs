@@ -68,11 +68,34 @@ impl Isa {
         self == Isa::Avx512 && ow == 7
     }
 
-    /// Pixels per row of the widest tile that fits `left` pixels (of two rows when `paired`).
-    fn width(self, left: usize, paired: bool) -> usize {
+    /// The tiles of one group of output pixels from flat pixel `q0` (row-major over the
+    /// panel's rows, before `q_end`), pushed to `tiles`; returns where the group ends. AVX-512
+    /// tiles stay within a row ([`GROUP_ROWS`] rows a group, 7-wide rows paired); AVX2 tiles
+    /// take 6 pixels in a row of the flat order, wrapping across output rows, so a row width
+    /// that is no multiple of 6 leaves no narrow tile at each row's end (a 1-pixel tile costs
+    /// most of a 6-pixel one).
+    fn group(self, ow: usize, q0: usize, q_end: usize, tiles: &mut Vec<Tile>) -> usize {
         match self {
-            Isa::Avx512 => avx512::width(left, paired),
-            Isa::Avx2 => avx2::width(left),
+            Isa::Avx512 => {
+                let end = q_end.min(q0 + GROUP_ROWS * ow);
+                let mut q = q0;
+                while q < end {
+                    let pair = self.pairs(ow) && q + ow < end;
+                    let row_end = q + ow;
+                    while q < row_end {
+                        let n = avx512::width(row_end - q, pair);
+                        tiles.push(Tile { q, n, pair });
+                        q += n;
+                    }
+                    q += if pair { ow } else { 0 };
+                }
+                end
+            }
+            Isa::Avx2 => {
+                let end = q_end.min(q0 + (GROUP_ROWS * ow).next_multiple_of(avx2::TILE));
+                tiles.extend((q0..end).step_by(avx2::TILE).map(|q| Tile { q, n: avx2::TILE.min(end - q), pair: false }));
+                end
+            }
         }
     }
 
@@ -84,9 +107,9 @@ impl Isa {
         }
     }
 
-    /// The tile of [`Isa::width`]`(left, row2.is_some())` pixels of the row at `row` (and of
-    /// the one at `row2`, when [`Isa::pairs`]), over `k` taps, into `out` (`[pixel][lanes]`):
-    /// added to what `out` holds with `accumulate`, else written.
+    /// Tile `tile` over `k` taps into `out` (`[pixel][lanes]`): added to what `out` holds
+    /// with `accumulate`, else written. `at(q)` is where flat output pixel `q`'s first tap
+    /// lies in the padded input.
     ///
     /// # Safety
     /// The CPU has this ISA; every tap of every pixel is inside the padded input; `w` holds
@@ -94,24 +117,42 @@ impl Isa {
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile(
         self,
+        tile: Tile,
+        ow: usize,
+        at: impl Fn(usize) -> *const f32,
         sw: usize,
         k: usize,
         taps: *const usize,
-        row: *const f32,
-        row2: Option<*const f32>,
-        left: usize,
         w: *const f32,
         out: *mut f32,
         accumulate: bool,
     ) {
+        let Tile { q, n, pair } = tile;
         // SAFETY: forwarded from the caller.
         unsafe {
             match self {
-                Isa::Avx512 => avx512::tile(sw, k, taps, row, row2, left, w, out, accumulate),
-                Isa::Avx2 => avx2::tile(sw, k, taps, row, left, w, out, accumulate),
+                Isa::Avx512 => {
+                    let row2 = pair.then(|| at(q + ow));
+                    avx512::tile(sw, k, taps, at(q), row2, n, w, out, accumulate)
+                }
+                Isa::Avx2 => {
+                    let mut pixels = [std::ptr::null(); avx2::TILE];
+                    for (j, p) in pixels[..n].iter_mut().enumerate() {
+                        *p = at(q + j);
+                    }
+                    avx2::tile(k, taps, &pixels[..n], w, out, accumulate)
+                }
             }
         }
     }
+}
+
+/// One tile of output pixels: `n` from flat pixel `q` (and the `n` below them when `pair`).
+#[derive(Clone, Copy)]
+struct Tile {
+    q: usize,
+    n: usize,
+    pair: bool,
 }
 
 /// Input channels of one pass over a group of output rows: the panel's weights of that many
@@ -121,7 +162,9 @@ impl Isa {
 /// tile read again.
 const CHANNEL_BLOCK: usize = 16;
 
-/// Output rows of one group (the tiles' partial sums between channel blocks stay in cache).
+/// Output rows of one group (the tiles' partial sums between channel blocks stay in cache);
+/// on AVX2 rounded up to whole tiles of 6 pixels. (Groups of 96 pixels on AVX2, a whole 7x7
+/// image in one, ran no faster.)
 const GROUP_ROWS: usize = 2;
 
 /// Whether a conv of this geometry runs here (its weights must also be constant).
@@ -314,10 +357,11 @@ unsafe fn pad_image(
 }
 
 /// Output rows `rows` of one panel of `chans` (at most the ISA's lanes) channels starting at
-/// `out`, reading padded input rows `row_len` long from `base`. The rows go in groups of
-/// [`GROUP_ROWS`]; each group's tiles sum the taps of [`CHANNEL_BLOCK`] input channels at a
-/// time, keeping partial sums in a buffer between blocks (the same sums in the same order as
-/// all taps at once: the result does not depend on the block).
+/// `out`, reading padded input rows `row_len` long from `base`. The pixels go in groups of
+/// about [`GROUP_ROWS`] rows ([`Isa::group`]); each group's tiles sum the taps of
+/// [`CHANNEL_BLOCK`] input channels at a time, keeping partial sums in a buffer between
+/// blocks (the same sums in the same order as all taps at once: the result does not depend
+/// on the block).
 ///
 /// # Safety
 /// See [`run`]; the CPU has `isa`.
@@ -334,54 +378,41 @@ unsafe fn panel_rows(
     out: *mut f32,
     rows: std::ops::Range<usize>,
 ) {
-    let (sh, sw, lanes, slot) = (g.a.stride[0], g.a.stride[1], isa.lanes(), isa.tile_values());
+    let (sh, sw, lanes, slot, ow) = (g.a.stride[0], g.a.stride[1], isa.lanes(), isa.tile_values(), g.ow);
     let k = taps.len() - PREFETCH;
     let block = CHANNEL_BLOCK * g.kh * g.kw;
     let t = taps.as_ptr();
-    let row_at = |y: usize, ox: usize| base.wrapping_add(y * sh * row_len + ox * sw);
-    // A group's tiles: (output row, first pixel, pixels per row, paired with the next row).
-    let mut tiles: Vec<(usize, usize, usize, bool)> = Vec::with_capacity(GROUP_ROWS * g.ow);
+    let at = |q: usize| base.wrapping_add((q / ow) * sh * row_len + (q % ow) * sw);
+    let mut tiles: Vec<Tile> = Vec::with_capacity(GROUP_ROWS * ow);
     let mut sums: Vec<f32> = Vec::new();
-    let mut oy = rows.start;
-    while oy < rows.end {
-        let end = rows.end.min(oy + GROUP_ROWS);
+    let (mut q0, q_end) = (rows.start * ow, rows.end * ow);
+    while q0 < q_end {
         tiles.clear();
-        let mut y = oy;
-        while y < end {
-            let pair = isa.pairs(g.ow) && y + 1 < end;
-            let mut ox = 0;
-            while ox < g.ow {
-                let n = isa.width(g.ow - ox, pair);
-                tiles.push((y, ox, n, pair));
-                ox += n;
-            }
-            y += if pair { 2 } else { 1 };
-        }
+        let end = isa.group(ow, q0, q_end, &mut tiles);
         sums.resize(tiles.len() * slot, 0.0);
         for k0 in (0..k).step_by(block) {
-            for (i, &(y, ox, _, pair)) in tiles.iter().enumerate() {
-                let row2 = pair.then(|| row_at(y + 1, ox));
+            for (i, &tile) in tiles.iter().enumerate() {
                 // SAFETY: the tile's pixels are output pixels, whose taps are all inside the
                 // padded input; taps k0.. and their weights exist (k0 < k); slot i of `sums`
                 // holds a tile.
                 unsafe {
                     let sum = sums.as_mut_ptr().add(i * slot);
-                    isa.tile(sw, block.min(k - k0), t.add(k0), row_at(y, ox), row2, g.ow - ox, w.add(k0 * lanes), sum, k0 > 0);
+                    isa.tile(tile, ow, at, sw, block.min(k - k0), t.add(k0), w.add(k0 * lanes), sum, k0 > 0);
                 }
             }
         }
-        for (i, &(y, ox, n, pair)) in tiles.iter().enumerate() {
-            let (tp, at) = (sums[i * slot..].as_ptr(), y * g.ow + ox);
-            // SAFETY: pixels at..at+n of rows y (and y+1) of the panel's channels; the tile
-            // holds n (2n when paired) pixels of `lanes` values.
+        for (i, &Tile { q, n, pair }) in tiles.iter().enumerate() {
+            let tp = sums[i * slot..].as_ptr();
+            // SAFETY: pixels q..q+n (and the n below them when paired) of the panel's
+            // channels; the tile holds n (2n when paired) pixels of `lanes` values.
             unsafe {
-                store(tp, lanes, n, chans, bias, out.add(at), g.p());
+                store(tp, lanes, n, chans, bias, out.add(q), g.p());
                 if pair {
-                    store(tp.add(n * lanes), lanes, n, chans, bias, out.add(at + g.ow), g.p());
+                    store(tp.add(n * lanes), lanes, n, chans, bias, out.add(q + ow), g.p());
                 }
             }
         }
-        oy = end;
+        q0 = end;
     }
 }
 
