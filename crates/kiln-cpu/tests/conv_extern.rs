@@ -319,8 +319,8 @@ fn row_blocks_and_many_im2col_rows() {
 /// with an odd row left over, single-pixel remainders, AVX2's 6-wide tiles and remainders of
 /// 1 to 5, channel panels of 32 / 16 with a partial last one, input channels in blocks of 16
 /// with a partial last one, strides 1 and 2 (stride 2 on the AVX2 tiles only over at most 4
-/// input channels, else through im2col), padded and unpadded inputs, many tasks per thread; and 1x1 convs beside
-/// them.
+/// input channels, else through im2col), padded and unpadded inputs, many tasks per thread;
+/// and 1x1 convs beside them.
 #[test]
 fn tile_widths_channel_panels_and_remainders() {
     for (x, o, k, stride, pad) in [

@@ -41,9 +41,6 @@ pub struct BnFold {
     pub channels_last: bool,
 }
 
-/// The permutation that reads a channels-last (`[O, kh, kw, I]`) weight as `[O, I, kh, kw]`.
-const NHWC_TO_NCHW: [usize; 4] = [0, 3, 1, 2];
-
 /// A BatchNorm to rewrite.
 #[derive(Clone, Copy)]
 struct Fold {
@@ -99,7 +96,7 @@ impl Pass for BnFold {
                         let folded = crate::memo::derived(tag, &[w], &bits, || scale_rows(w, &s, nhwc))?;
                         let mut w = rw.constant(folded);
                         if nhwc {
-                            w = rw.add(Op::Permute(NHWC_TO_NCHW.to_vec()), &[w])?;
+                            w = rw.add(Op::Permute(super::channels_last::TO_NCHW.to_vec()), &[w])?;
                         }
                         let b = rw.constant(typed(dtype, t, &[s.len()])?);
                         return Ok(Step::Replace(rw.add(cn.op.clone(), &[x, w, b])?));

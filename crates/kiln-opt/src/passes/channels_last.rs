@@ -3,8 +3,9 @@
 //! 1.3-3.2 ms of its 7-8 ms forward in cuDNN's `nchwToNhwc` / `nhwcToNchw` kernels). This pass
 //! makes every float conv with a constant weight channels last (the weight permuted once,
 //! here, unless it is stored channels last already: a constant read through the permutation
-//! back to `[O, I, kh, kw]`, as `bn_fold` leaves the weights it rescales) and carries the NHWC form of each value through the ops between convs (pointwise
-//! ops, pads, slices, reductions), so one conv's output reaches the next without a transpose.
+//! back to `[O, I, kh, kw]`, as `bn_fold` leaves the weights it rescales) and carries the
+//! NHWC form of each value through the ops between convs (pointwise ops, pads, slices,
+//! reductions), so one conv's output reaches the next without a transpose.
 //! Where an NHWC value meets an op that needs the original layout, or a graph output, a
 //! `Permute` view gives that layout back: a view costs nothing until a kernel reads it.
 
@@ -20,7 +21,7 @@ pub struct ChannelsLast;
 const TO_NHWC: [usize; 4] = [0, 2, 3, 1];
 /// Axis `i` of a value is axis `TO_NCHW[i]` of its NHWC form; also: source axis `a` sits at
 /// axis `TO_NCHW[a]` of the NHWC form.
-const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
+pub(crate) const TO_NCHW: [usize; 4] = [0, 3, 1, 2];
 
 impl Pass for ChannelsLast {
     fn name(&self) -> &'static str {
@@ -33,7 +34,6 @@ impl Pass for ChannelsLast {
         // Source weight -> its permuted copy (a weight shared by convs is permuted once).
         let mut weights: HashMap<NodeId, NodeId> = HashMap::new();
         let mut convs = 0usize;
-        let mut permuted = 0usize;
         let out = Rewrite::new(graph)?.run(|rw, old, node| {
             let src = rw.src();
             let is_nhwc = |id: &NodeId| nhwc.contains_key(id);
@@ -53,7 +53,6 @@ impl Pass for ChannelsLast {
                             };
                             let n = rw.constant(value.with_layout(value.layout.permute(&TO_NHWC)?).contiguous());
                             weights.insert(w, n);
-                            permuted += 1;
                             n
                         }
                         _ => return Ok(Step::Copy),
@@ -106,7 +105,7 @@ impl Pass for ChannelsLast {
             Ok(Step::Replace(rw.add(back, &[form])?))
         })?;
         if convs > 0 {
-            tracing::info!(target: "kiln::graph", "channels_last: {convs} convs run NHWC ({} weights permuted)", permuted);
+            tracing::info!(target: "kiln::graph", "channels_last: {convs} convs run NHWC ({} weights permuted)", weights.len());
         }
         Ok(out)
     }

@@ -20,7 +20,7 @@ pub(super) fn width(left: usize, paired: bool) -> usize {
     }
 }
 
-/// See [`super::Isa::tile`]: [`width`] pixels of a row, or 7 of two rows with `row2`.
+/// See [`super::Isa::tile`]: `n` (a [`width`]) pixels of a row, or 7 of two rows with `row2`.
 ///
 /// # Safety
 /// As [`super::Isa::tile`], on a CPU with AVX-512F.
@@ -31,7 +31,7 @@ pub(super) unsafe fn tile(
     taps: *const usize,
     row: *const f32,
     row2: Option<*const f32>,
-    left: usize,
+    n: usize,
     w: *const f32,
     out: *mut f32,
     accumulate: bool,
@@ -39,7 +39,7 @@ pub(super) unsafe fn tile(
     let a = accumulate;
     // SAFETY: forwarded from the caller.
     unsafe {
-        match (row2, width(left, row2.is_some())) {
+        match (row2, n) {
             (Some(r2), _) => tile_s::<2, 7>(sw, k, taps, &[row, r2], w, out, a),
             (None, TILE) => tile_s::<1, TILE>(sw, k, taps, &[row], w, out, a),
             (None, 7) => tile_s::<1, 7>(sw, k, taps, &[row], w, out, a),
