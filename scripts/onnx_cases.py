@@ -43,9 +43,11 @@ _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 
 
 def stamp() -> str:
+    import ml_dtypes  # noqa: PLC0415
     import onnx  # noqa: PLC0415
 
-    return f"onnx={onnx.__version__} generator={GENERATOR_VERSION}"
+    # ml_dtypes computes the expected outputs of the 4- and 2-bit integer casts.
+    return f"onnx={onnx.__version__} ml_dtypes={ml_dtypes.__version__} generator={GENERATOR_VERSION}"
 
 
 def _model_op(model, kind: str) -> str:
