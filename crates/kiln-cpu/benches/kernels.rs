@@ -111,6 +111,50 @@ fn main() {
         }
     }
 
+    // kiln's GEMM with the left side (a conv's weights [O, C]) packed once and the right side
+    // (an image [C, H*W]) packed per call, against the gemm crate on the same operands:
+    // resnet50's 1x1 convs.
+    if kiln_cpu::gemm::supported() {
+        let shapes: [(&str, usize, usize, usize); 8] = [
+            ("packed-a 1x1 256->64 @56", 64, 256, 3136),
+            ("packed-a 1x1 64->256 @56", 256, 64, 3136),
+            ("packed-a 1x1 512->128 @28", 128, 512, 784),
+            ("packed-a 1x1 128->512 @28", 512, 128, 784),
+            ("packed-a 1x1 1024->256 @14", 256, 1024, 196),
+            ("packed-a 1x1 256->1024 @14", 1024, 256, 196),
+            ("packed-a 1x1 2048->512 @7", 512, 2048, 49),
+            ("packed-a 1x1 512->2048 @7", 2048, 512, 49),
+        ];
+        for (name, m, k, n) in shapes {
+            if !wanted(name) {
+                continue;
+            }
+            let (a, b) = (tensor(&[m, k], 1), tensor(&[k, n], 2));
+            let av = a.to_vec::<f32>().expect("f32");
+            let bv = b.to_vec::<f32>().expect("f32");
+            // SAFETY: a is a dense [m, k] matrix.
+            let packed = unsafe { kiln_cpu::gemm::PackedA::pack(m, k, av.as_ptr(), k as isize, 1) };
+            let mut c = vec![0.0f32; m * n];
+            let (mut ours, mut crate_) = (Vec::new(), Vec::new());
+            for _ in 0..21 {
+                let t = Instant::now();
+                // SAFETY: b is [k, n] and c [m, n], both dense.
+                unsafe { kiln_cpu::gemm::gemm_a(&packed, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) };
+                ours.push(t.elapsed().as_secs_f64());
+                let t = Instant::now();
+                drop(eval(&Op::MatMul, &[&a, &b]).expect("bench op runs"));
+                crate_.push(t.elapsed().as_secs_f64());
+            }
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2]
+            };
+            let flops = 2.0 * (m * k * n) as f64;
+            report(name, flops, med(&mut ours));
+            report("  (gemm crate, same shapes)", flops, med(&mut crate_));
+        }
+    }
+
     // (name, C, H=W, O, k, stride, pad, groups)
     type ConvCase = (&'static str, usize, usize, usize, usize, usize, usize, usize);
     let convs: [ConvCase; 9] = [

@@ -151,3 +151,91 @@ fn nan_and_inf_propagate() {
     assert!(c[4 * n + 1..5 * n].iter().all(|v| v.is_infinite()));
     assert!(c[..2 * n].iter().all(|v| v.is_finite()));
 }
+
+/// `gemm_a`: `a` `[m, k]` at row stride `lda` packed once, `b` `[k, n]` at strides
+/// (`rs`, `cs`) inside a buffer of `b_len`, `c` at row stride `ldc` (padding keeps a
+/// sentinel), against the f64 reference.
+fn check_a(m: usize, n: usize, k: usize, lda: usize, (rs, cs): (usize, usize), ldc: usize) {
+    let a = values(m.max(1) * lda, (m * 29 + k) as u64);
+    let b_len = if k * n == 0 { 1 } else { (k - 1) * rs + (n - 1) * cs + 1 };
+    let b = values(b_len, (n * 13 + k) as u64);
+    // SAFETY: a holds m rows of lda >= k values.
+    let packed = unsafe { gemm::PackedA::pack(m, k, a.as_ptr(), lda as isize, 1) };
+    assert_eq!((packed.m(), packed.k()), (m, k));
+    let sentinel = -999.25f32;
+    let mut c = vec![sentinel; m.max(1) * ldc];
+    // SAFETY: every (t, j) of b is inside its b_len values; c holds m rows of ldc >= n.
+    unsafe { gemm::gemm_a(&packed, n, b.as_ptr(), rs as isize, cs as isize, c.as_mut_ptr(), ldc) };
+    for i in 0..m {
+        for j in 0..ldc {
+            let got = c[i * ldc + j];
+            if j >= n {
+                assert_eq!(got, sentinel, "padding ({i}, {j}) of m{m} n{n} k{k} was written");
+                continue;
+            }
+            let want: f64 = (0..k).map(|t| a[i * lda + t] as f64 * b[t * rs + j * cs] as f64).sum();
+            let tol = 1e-5 * (k as f64).sqrt().max(1.0);
+            assert!((got as f64 - want).abs() <= tol, "({i}, {j}) of m{m} n{n} k{k}: {got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn packed_a_edge_tiles_depths_and_sweeps() {
+    if !available() {
+        return;
+    }
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    one.install(|| {
+        for m in [1, 5, 6, 7, 13] {
+            for n in [1, 15, 16, 17, 49, 130] {
+                for k in [1, 3, 255, 256, 257, 600] {
+                    check_a(m, n, k, k + 3, (n + 2, 1), n + 5);
+                }
+            }
+        }
+        // 19 panels: sweeps of 8, 8 and 3 over three depth blocks.
+        check_a(20, 300, 513, 513, (300, 1), 300);
+    });
+}
+
+#[test]
+fn packed_a_threads_split_panels_and_tiles_and_b_may_be_strided() {
+    if !available() {
+        return;
+    }
+    let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    two.install(|| {
+        check_a(64, 3136, 256, 256, (3136, 1), 3136); // many panels: split by panels
+        check_a(512, 12, 300, 300, (12, 1), 12); // one panel: split by row tiles
+        check_a(70, 49, 2048, 2048, (49, 1), 49); // resnet50's last stage
+        check_a(9, 40, 70, 70, (1, 70), 40); // b transposed
+    });
+}
+
+#[test]
+fn packed_a_zero_depth_writes_zeros_and_nan_propagates() {
+    if !available() {
+        return;
+    }
+    let packed = unsafe { gemm::PackedA::pack(3, 0, [0.0f32].as_ptr(), 0, 1) };
+    let mut c = vec![7.0f32; 3 * 20];
+    // SAFETY: c holds 3 rows of 20; b is never read when k = 0.
+    unsafe { gemm::gemm_a(&packed, 20, [0.0f32].as_ptr(), 20, 1, c.as_mut_ptr(), 20) };
+    assert!(c.iter().all(|&v| v == 0.0));
+
+    let (m, n, k) = (7, 18, 5);
+    let a = values(m * k, 3);
+    let mut b = values(k * n, 4);
+    b[2 * n + 3] = f32::NAN; // column 3: NaN in every row
+    b[n + 5] = f32::INFINITY; // column 5: +-inf
+    // SAFETY: dense operands of the stated sizes.
+    let packed = unsafe { gemm::PackedA::pack(m, k, a.as_ptr(), k as isize, 1) };
+    let mut c = vec![0.0f32; m * n];
+    unsafe { gemm::gemm_a(&packed, n, b.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) };
+    for i in 0..m {
+        assert!(c[i * n + 3].is_nan());
+        assert!(c[i * n + 5].is_infinite());
+        assert!(c[i * n + 4].is_finite());
+    }
+}

@@ -9,6 +9,8 @@
 use super::conv_tiles;
 use super::conv_direct::{DwOperands, depthwise, im2col};
 use super::matmul::sgemm;
+use super::prepack::Prepacked;
+use crate::gemm;
 use super::raw;
 use super::steps::Epi;
 use kiln_ir::{Conv2dAttrs, Error, Result};
@@ -131,9 +133,6 @@ pub(crate) use conv_tiles::PackedWeights;
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) enum PackedWeights {}
 
-/// The packed weights of a conv step that runs on the conv tiles, filled on its first run.
-pub(crate) type DirectConv = std::sync::OnceLock<PackedWeights>;
-
 /// Whether this conv runs on the conv tiles (see [`conv_tiles`]): a fitting geometry on a
 /// CPU that has them, and constant weights (`weights_const`), which are packed once.
 pub(crate) fn runs_direct(
@@ -151,6 +150,21 @@ pub(crate) fn runs_direct(
         let _ = (a, inputs, out, weights_const);
         false
     }
+}
+
+/// Whether this conv, when it does not run on the conv tiles, runs on kiln's GEMM with its
+/// weights packed once as the left-hand side ([`gemm::gemm_a`]): constant weights, one group,
+/// more than one input channel, on a CPU where kiln's GEMM is [`gemm::available`]. The
+/// `gemm` crate packs both operands on every call, the weights included.
+pub(crate) fn runs_packed_gemm(
+    a: &Conv2dAttrs,
+    inputs: &[BufView],
+    out: &[usize],
+    weights_const: bool,
+) -> bool {
+    weights_const
+        && gemm::available()
+        && Geom::new(a, inputs, out).is_ok_and(|g| g.groups == 1 && g.cg > 1)
 }
 
 /// f32 elements of scratch this conv needs (`None` when it needs none): the im2col matrix,
@@ -172,8 +186,10 @@ pub(crate) fn scratch_elems(
 }
 
 /// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]): on the conv tiles when
-/// `direct` is given (see [`runs_direct`]), else by im2col and GEMM, `block_rows` output
-/// channels per GEMM call when given (the autotuner's choice), else the heuristic below.
+/// `packed` is their cell (see [`runs_direct`]), else by im2col (unless pointwise) and GEMM:
+/// kiln's with the weights packed once when `packed` is that cell (see
+/// [`runs_packed_gemm`]), else the `gemm` crate's, `block_rows` output channels per GEMM call
+/// when given (the autotuner's choice), else the heuristic below.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     a: &Conv2dAttrs,
@@ -184,7 +200,7 @@ pub(crate) fn run(
     epi: &Epi,
     scratch: &mut Vec<f32>,
     block_rows: Option<usize>,
-    direct: Option<&DirectConv>,
+    packed: Option<&Prepacked>,
 ) -> Result<()> {
     let g = Geom::new(a, inputs, out_shape)?;
     epi.check_rows(g.n * g.o)?;
@@ -206,7 +222,7 @@ pub(crate) fn run(
         None => None,
     };
     #[cfg(target_arch = "x86_64")]
-    if let Some(cell) = direct {
+    if let Some(cell) = packed.and_then(Prepacked::conv_tiles) {
         // SAFETY: the weight matrix is read inside its view (checked when the executable was
         // built); the output holds N*O*P elements and overlaps no input; the scratch was
         // sized by `scratch_elems(.., true)`.
@@ -218,9 +234,31 @@ pub(crate) fn run(
             conv_tiles::run(&g, x, px, packed, bias, pout, epi, scratch)
         };
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = direct;
     let (_wdense, pw, w_rs, w_cs) = weight_matrix(ptrs, w, &g);
+    if let Some(cell) = packed.and_then(Prepacked::conv_gemm) {
+        // SAFETY: the weight matrix is read inside its view (checked when the executable was built).
+        let wa = cell.get_or_init(|| unsafe { gemm::PackedA::pack(g.o, g.k(), pw, w_rs as isize, w_cs as isize) });
+        for img in 0..g.n {
+            let x_off = x.offset + img * x.strides[0];
+            let (rhs, rhs_rs, rhs_cs) = match direct_input(&g, x) {
+                Some(cs) => (px.wrapping_add(x_off), x.strides[1], cs),
+                None => {
+                    im2col(&g, x, px, x_off, &mut scratch[..g.k() * p]);
+                    (scratch.as_ptr(), p, 1)
+                }
+            };
+            // SAFETY: the input (or the im2col matrix in the scratch, K*P elements) holds the
+            // [K, P] right-hand side; image img's O rows of P are inside the output, which
+            // overlaps no input.
+            unsafe { gemm::gemm_a(wa, p, rhs, rhs_rs as isize, rhs_cs as isize, pout.add(img * g.o * p), p) };
+            if let Some(b) = bias {
+                // SAFETY: as above.
+                add_bias(unsafe { std::slice::from_raw_parts_mut(pout.add(img * g.o * p), g.o * p) }, b, p);
+            }
+            epi.rows(img * g.o, (img + 1) * g.o)?;
+        }
+        return Ok(());
+    }
     // The GEMM packs the right-hand side (the im2col matrix) on every call, so row blocks
     // must be tall for that to stay cheap: at least 128 rows, else the whole output at once.
     let block = match block_rows {

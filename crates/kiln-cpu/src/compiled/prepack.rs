@@ -4,7 +4,7 @@
 
 use super::conv::{self, PackedWeights};
 use super::matmul;
-use crate::gemm::{self, PackedB};
+use crate::gemm::{self, PackedA, PackedB};
 use kiln_sched::{BufKind, ExternOp, Program, StepKind};
 use std::sync::OnceLock;
 
@@ -14,6 +14,9 @@ pub(crate) enum Prepacked {
     ConvTiles(OnceLock<PackedWeights>),
     /// A matmul's constant right-hand side for kiln's GEMM ([`crate::gemm`]).
     MatmulRhs(OnceLock<PackedB>),
+    /// A conv's weights as the packed left-hand side of kiln's GEMM ([`crate::gemm::gemm_a`]),
+    /// for the convs the conv tiles do not take (1x1, strided).
+    ConvGemm(OnceLock<PackedA>),
 }
 
 impl Prepacked {
@@ -21,7 +24,7 @@ impl Prepacked {
     pub(crate) fn conv_tiles(&self) -> Option<&OnceLock<PackedWeights>> {
         match self {
             Prepacked::ConvTiles(c) => Some(c),
-            Prepacked::MatmulRhs(_) => None,
+            _ => None,
         }
     }
 
@@ -29,12 +32,21 @@ impl Prepacked {
     pub(crate) fn matmul_rhs(&self) -> Option<&OnceLock<PackedB>> {
         match self {
             Prepacked::MatmulRhs(c) => Some(c),
-            Prepacked::ConvTiles(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The cell of a conv whose weights are packed for kiln's GEMM.
+    pub(crate) fn conv_gemm(&self) -> Option<&OnceLock<PackedA>> {
+        match self {
+            Prepacked::ConvGemm(c) => Some(c),
+            _ => None,
         }
     }
 }
 
-/// The cell step `kind` of `p` gets, if any: a conv on the conv tiles, or a matmul of a
+/// The cell step `kind` of `p` gets, if any: a conv on the conv tiles, else a conv of
+/// constant weights on kiln's GEMM (see [`conv::runs_packed_gemm`]), or a matmul of a
 /// constant right-hand side that one packing serves (no batch dims of its own) by a
 /// left-hand side with unit column stride, on a CPU that runs kiln's GEMM.
 pub(crate) fn for_step(p: &Program, kind: &StepKind) -> Option<Prepacked> {
@@ -53,8 +65,14 @@ pub(crate) fn for_step(p: &Program, kind: &StepKind) -> Option<Prepacked> {
             .is_some_and(|v| matches!(p.buffer(v.buf).kind, BufKind::Const(_)))
     };
     match op {
-        ExternOp::Conv2d(a) => conv::runs_direct(a, inputs, out_shape, is_const(1))
-            .then(|| Prepacked::ConvTiles(OnceLock::new())),
+        ExternOp::Conv2d(a) => {
+            if conv::runs_direct(a, inputs, out_shape, is_const(1)) {
+                Some(Prepacked::ConvTiles(OnceLock::new()))
+            } else {
+                conv::runs_packed_gemm(a, inputs, out_shape, is_const(1))
+                    .then(|| Prepacked::ConvGemm(OnceLock::new()))
+            }
+        }
         ExternOp::MatMul => {
             let [a, b] = &inputs[..] else { return None };
             let fits = gemm::available() && is_const(1) && matmul::packs(a, b);

@@ -73,7 +73,7 @@ pub(crate) fn run_step(
                     &epi,
                     scratch,
                     tune.block_rows,
-                    packed.and_then(Prepacked::conv_tiles),
+                    packed,
                 ),
             }
         }

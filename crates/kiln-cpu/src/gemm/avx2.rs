@@ -1,7 +1,7 @@
 //! The AVX2 + FMA micro-kernel of [`super::gemm`]: a 6 x 16 tile of `c` in twelve
 //! registers, fed per step of `k` by two loads of a packed panel and six broadcasts from `a`.
 
-use super::{PANEL, PackedB, ROWS};
+use super::{PANEL, PackedA, PackedB, ROWS};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -13,6 +13,9 @@ const SWEEP: usize = 8;
 /// Rows of `a` per block: its 120 x 256 slice (120 KB, packed) stays in L2 next to the block
 /// of `b` while the block of `b` is swept by every tile of rows.
 const BLOCK_ROWS: usize = 120;
+/// Floats of the packed panel the micro-kernel prefetches ahead of its reads (each step of
+/// `k` reads one 64-byte line; prefetched eight steps ahead).
+const PREFETCH_B: usize = 8 * PANEL;
 
 /// Rows `rows`, panels `panels` of `c = a @ b`.
 ///
@@ -75,6 +78,91 @@ pub(super) unsafe fn block(
     }
 }
 
+/// Row tiles `tiles`, panels `panels` of `c = a @ b` for a packed `a` (see
+/// [`super::gemm_a`]): for each block of 8 panels and 256 rows of `b`, the block is packed
+/// (128 KB, kept in L2) and swept by every tile of `a`, each tile's 6 x 256 slice staying in
+/// L1 while it meets the block's panels.
+///
+/// # Safety
+/// As [`super::gemm_a`]; the CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn block_a(
+    tiles: Range<usize>,
+    panels: Range<usize>,
+    a: &PackedA,
+    n: usize,
+    b: *const f32,
+    rs: isize,
+    cs: isize,
+    c: *mut f32,
+    ldc: usize,
+) {
+    let (m, k) = (a.m, a.k);
+    let mut packed = vec![0.0f32; SWEEP.min(panels.len()) * PANEL * k.min(DEPTH)];
+    for q0 in panels.clone().step_by(SWEEP) {
+        let q1 = (q0 + SWEEP).min(panels.end);
+        let cols = q0 * PANEL..n.min(q1 * PANEL);
+        for k0 in (0..k).step_by(DEPTH) {
+            let (depth, acc) = (DEPTH.min(k - k0), k0 > 0);
+            // SAFETY: rows k0..k0+depth and columns `cols` are inside `b` (the caller's contract).
+            unsafe { pack_b(&mut packed, b.offset(k0 as isize * rs), rs, cs, depth, cols.clone()) };
+            for t in tiles.clone() {
+                let i = t * ROWS;
+                for p in q0..q1 {
+                    // SAFETY: tile t of `a` (k groups of 6) from group k0, panel p - q0 of the
+                    // packed block, rows i.. and the columns of panel p inside `c`.
+                    unsafe {
+                        let t = Tile {
+                            depth,
+                            a: a.data.as_ptr().add((t * k + k0) * ROWS),
+                            b: packed.as_ptr().add((p - q0) * depth * PANEL),
+                            c: c.add(i * ldc + p * PANEL),
+                            ldc,
+                            cols: PANEL.min(n - p * PANEL),
+                            acc,
+                        };
+                        match ROWS.min(m - i) {
+                            6 => t.run::<6>(),
+                            5 => t.run::<5>(),
+                            4 => t.run::<4>(),
+                            3 => t.run::<3>(),
+                            2 => t.run::<2>(),
+                            _ => t.run::<1>(),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Copies `depth` rows of columns `cols` of `b` (rows `rs` apart, columns `cs`) into
+/// `packed` as panels of 16 columns, each `[depth][16]`, zeros past the last column.
+///
+/// # Safety
+/// Every element `(i, j)` for `i < depth`, `j` in `cols` is inside `b`'s allocation;
+/// `packed` holds the panels.
+unsafe fn pack_b(packed: &mut [f32], b: *const f32, rs: isize, cs: isize, depth: usize, cols: Range<usize>) {
+    // Row by row of `b`, so its lines are read in order.
+    for i in 0..depth {
+        for (q, j0) in cols.clone().step_by(PANEL).enumerate() {
+            let w = PANEL.min(cols.end - j0);
+            let row = &mut packed[(q * depth + i) * PANEL..(q * depth + i + 1) * PANEL];
+            // SAFETY (both arms): row i, columns j0..j0+w of the caller's block.
+            let src = unsafe { b.offset(i as isize * rs + j0 as isize * cs) };
+            if cs == 1 {
+                row[..w].copy_from_slice(unsafe { std::slice::from_raw_parts(src, w) });
+            } else {
+                for (j, v) in row[..w].iter_mut().enumerate() {
+                    *v = unsafe { *src.offset(j as isize * cs) };
+                }
+            }
+            row[w..].fill(0.0);
+        }
+    }
+}
+
 /// Copies `rows` rows of `depth` values of `a` into `packed` as tiles of 6 rows, each
 /// `[depth][6]` (a last short tile keeps the stride of 6).
 ///
@@ -116,7 +204,7 @@ impl Tile {
         unsafe {
             let mut s = [[_mm256_setzero_ps(); 2]; R];
             let (mut ap, mut bp) = (self.a, self.b);
-            for _ in 0..self.depth {
+            let step = |s: &mut [[__m256; 2]; R], ap: *const f32, bp: *const f32| {
                 let b0 = _mm256_loadu_ps(bp);
                 let b1 = _mm256_loadu_ps(bp.add(8));
                 for (r, acc) in s.iter_mut().enumerate() {
@@ -124,6 +212,20 @@ impl Tile {
                     acc[0] = _mm256_fmadd_ps(x, b0, acc[0]);
                     acc[1] = _mm256_fmadd_ps(x, b1, acc[1]);
                 }
+            };
+            for _ in 0..self.depth / 4 {
+                for l in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(PREFETCH_B + l * PANEL) as *const i8);
+                }
+                step(&mut s, ap, bp);
+                step(&mut s, ap.add(ROWS), bp.add(PANEL));
+                step(&mut s, ap.add(2 * ROWS), bp.add(2 * PANEL));
+                step(&mut s, ap.add(3 * ROWS), bp.add(3 * PANEL));
+                ap = ap.add(4 * ROWS);
+                bp = bp.add(4 * PANEL);
+            }
+            for _ in 0..self.depth % 4 {
+                step(&mut s, ap, bp);
                 ap = ap.add(ROWS);
                 bp = bp.add(PANEL);
             }

@@ -163,6 +163,125 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &PackedB, c: *mut f32
 /// Rows of `c` one micro-tile computes.
 const ROWS: usize = 6;
 
+/// A `[m, k]` left-hand side packed once for [`gemm_a`]: tile `t` holds rows `6t..6t+6` as
+/// `k` groups of 6 contiguous values (zeros past `m`), the order the micro-kernel reads. A
+/// convolution's weights take this side: its right-hand side, the image (or its im2col
+/// matrix), changes with every call and is packed per call in blocks.
+pub struct PackedA {
+    m: usize,
+    k: usize,
+    data: Vec<f32>,
+}
+
+impl PackedA {
+    /// Packs the `[m, k]` matrix whose element `(i, j)` is at `ptr + i * rs + j * cs`.
+    ///
+    /// # Safety
+    /// Every element the strides reach must be inside a live allocation.
+    pub unsafe fn pack(m: usize, k: usize, ptr: *const f32, rs: isize, cs: isize) -> PackedA {
+        let mut data = vec![0.0f32; m.div_ceil(ROWS) * k * ROWS];
+        if k == 0 {
+            return PackedA { m, k, data };
+        }
+        let src = ptr as usize;
+        data.par_chunks_exact_mut(k * ROWS)
+            .enumerate()
+            .with_min_len((1 << 16) / (k * ROWS) + 1)
+            .for_each(|(t, tile)| {
+                for r in 0..ROWS.min(m - t * ROWS) {
+                    // SAFETY: row t*6 + r < m and every column j < k are inside the caller's matrix.
+                    let row = unsafe { (src as *const f32).offset((t * ROWS + r) as isize * rs) };
+                    for j in 0..k {
+                        tile[j * ROWS + r] = unsafe { *row.offset(j as isize * cs) };
+                    }
+                }
+            });
+        PackedA { m, k, data }
+    }
+
+    /// Rows.
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
+    /// Columns (the product's inner dim).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+}
+
+/// `c[m, n] = a @ b` for a packed `a` and a `[k, n]` right-hand side whose element `(i, j)` is
+/// at `b + i * rs + j * cs` (packed here, 16 columns by 256 rows at a time, by the thread
+/// that uses it); `c` row-major with row stride `ldc`. Split over the rayon pool by column
+/// panels (each thread packs only its own columns), or by row tiles when the panels are
+/// fewer than the threads. Panics when the CPU is not [`supported`].
+///
+/// # Safety
+/// Every element of `b` the strides reach for `i < k`, `j < n` is inside a live allocation;
+/// `c` holds `m` rows of `n` values `ldc` apart and overlaps neither operand.
+pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize, c: *mut f32, ldc: usize) {
+    assert!(supported(), "kiln_cpu::gemm needs AVX2 and FMA");
+    let (m, k) = (a.m, a.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for i in 0..m {
+            // SAFETY: row i of c, inside the caller's bounds.
+            unsafe { std::ptr::write_bytes(c.add(i * ldc), 0, n) };
+        }
+        return;
+    }
+    let job = JobA { a, n, b, rs, cs, c, ldc };
+    let (threads, panels, tiles) = (rayon::current_num_threads(), n.div_ceil(PANEL), m.div_ceil(ROWS));
+    if threads < 2 || m * n * k < PAR_WORK {
+        job.run(0..tiles, 0..panels);
+        return;
+    }
+    let by_panels = panels >= threads;
+    let (len, step) = if by_panels {
+        (panels, panels.div_ceil(threads))
+    } else {
+        (tiles, tiles.div_ceil(threads))
+    };
+    rayon::scope(|s| {
+        for start in (0..len).step_by(step) {
+            let (end, job) = ((start + step).min(len), &job);
+            s.spawn(move |_| match by_panels {
+                true => job.run(0..tiles, start..end),
+                false => job.run(start..end, 0..panels),
+            });
+        }
+    });
+}
+
+/// The operands of one [`gemm_a`] call, shared by its threads.
+struct JobA<'a> {
+    a: &'a PackedA,
+    n: usize,
+    b: *const f32,
+    rs: isize,
+    cs: isize,
+    c: *mut f32,
+    ldc: usize,
+}
+
+// SAFETY: threads only read `a` and `b` and write disjoint blocks of `c` (see `gemm_a`).
+unsafe impl Sync for JobA<'_> {}
+
+impl JobA<'_> {
+    /// Row tiles `tiles`, panels `panels` of `c`.
+    fn run(&self, tiles: Range<usize>, panels: Range<usize>) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `gemm_a`'s caller vouched for the operands; `gemm_a` checked the CPU.
+        unsafe {
+            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.rs, self.cs, self.c, self.ldc)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (tiles, panels);
+    }
+}
+
 /// The operands of one [`gemm`] call, shared by its threads.
 struct Job<'a> {
     a: *const f32,
