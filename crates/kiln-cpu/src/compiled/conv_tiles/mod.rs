@@ -109,7 +109,8 @@ impl Isa {
 
     /// Tile `tile` over `k` taps into `out` (`[pixel][lanes]`): added to what `out` holds
     /// with `accumulate`, else written. `at(q)` is where flat output pixel `q`'s first tap
-    /// lies in the padded input.
+    /// lies in the padded input. The taps come in kernel rows of `kw`, `dw` apart within a
+    /// row ([`Src::taps`]), and `k` is a whole number of rows.
     ///
     /// # Safety
     /// The CPU has this ISA; every tap of every pixel is inside the padded input; `w` holds
@@ -121,7 +122,7 @@ impl Isa {
         ow: usize,
         at: impl Fn(usize) -> *const f32,
         sw: usize,
-        k: usize,
+        (k, kw, dw): (usize, usize, usize),
         taps: *const usize,
         w: *const f32,
         out: *mut f32,
@@ -140,7 +141,7 @@ impl Isa {
                     for (j, p) in pixels[..n].iter_mut().enumerate() {
                         *p = at(q + j);
                     }
-                    avx2::tile(k, taps, &pixels[..n], w, out, accumulate)
+                    avx2::tile(k, taps, kw, dw, &pixels[..n], w, out, accumulate)
                 }
             }
         }
@@ -348,7 +349,13 @@ unsafe fn pad_image(
                 row[..pl].fill(0.0);
                 row[pl + g.w..].fill(0.0);
                 let at = x.offset + img * x.strides[0] + c * x.strides[1] + y * x.strides[2];
-                for (t, d) in row[pl..pl + g.w].iter_mut().enumerate() {
+                let dst = &mut row[pl..pl + g.w];
+                if x.strides[3] == 1 {
+                    // SAFETY: c < C, y < H and the row's W elements: inside the checked view.
+                    dst.copy_from_slice(unsafe { std::slice::from_raw_parts((px as *const f32).add(at), g.w) });
+                    continue;
+                }
+                for (t, d) in dst.iter_mut().enumerate() {
                     // SAFETY: c < C, y < H, t < W: inside the checked view.
                     *d = unsafe { (px as *const f32).add(at + t * x.strides[3]).read() };
                 }
@@ -397,9 +404,18 @@ unsafe fn panel_rows(
                 // holds a tile.
                 unsafe {
                     let sum = sums.as_mut_ptr().add(i * slot);
-                    isa.tile(tile, ow, at, sw, block.min(k - k0), t.add(k0), w.add(k0 * lanes), sum, k0 > 0);
+                    let taps = (block.min(k - k0), g.kw, g.a.dilation[1]);
+                    isa.tile(tile, ow, at, sw, taps, t.add(k0), w.add(k0 * lanes), sum, k0 > 0);
                 }
             }
+        }
+        if isa == Isa::Avx2 {
+            // SAFETY: the group's tiles are its pixels q0..end in order, 6 to a full slot,
+            // so `sums` holds them as `[pixel][16]`; those pixels of the panel's channels are
+            // inside the output.
+            unsafe { avx2::store_group(sums.as_ptr(), end - q0, chans, bias, out.add(q0), g.p()) };
+            q0 = end;
+            continue;
         }
         for (i, &Tile { q, n, pair }) in tiles.iter().enumerate() {
             let tp = sums[i * slot..].as_ptr();
