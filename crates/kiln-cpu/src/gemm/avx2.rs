@@ -59,14 +59,7 @@ pub(super) unsafe fn block(
                                 cols: PANEL.min(n - p * PANEL),
                                 acc,
                             };
-                            match r {
-                                6 => t.run::<6>(),
-                                5 => t.run::<5>(),
-                                4 => t.run::<4>(),
-                                3 => t.run::<3>(),
-                                2 => t.run::<2>(),
-                                _ => t.run::<1>(),
-                            }
+                            t.run(r);
                         }
                     }
                 }
@@ -119,14 +112,7 @@ pub(super) unsafe fn block_a(
                             cols: PANEL.min(n - p * PANEL),
                             acc,
                         };
-                        match ROWS.min(m - i) {
-                            6 => t.run::<6>(),
-                            5 => t.run::<5>(),
-                            4 => t.run::<4>(),
-                            3 => t.run::<3>(),
-                            2 => t.run::<2>(),
-                            _ => t.run::<1>(),
-                        }
+                        t.run(ROWS.min(m - i));
                     }
                 }
             }
@@ -192,22 +178,56 @@ struct Tile {
 }
 
 impl Tile {
+    /// Runs the tile for its first `rows` (1 to 6) rows of `a`. A tile of at most 8 columns
+    /// (a narrow last panel, as a 7x7 image's 49 pixels leave) multiplies one vector of the
+    /// panel instead of two: the other's lanes would all be padding.
+    ///
+    /// # Safety
+    /// As [`Tile::run_k`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run(&self, rows: usize) {
+        macro_rules! by_rows {
+            ($v:literal) => {
+                match rows {
+                    6 => self.run_k::<6, $v>(),
+                    5 => self.run_k::<5, $v>(),
+                    4 => self.run_k::<4, $v>(),
+                    3 => self.run_k::<3, $v>(),
+                    2 => self.run_k::<2, $v>(),
+                    _ => self.run_k::<1, $v>(),
+                }
+            };
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            if self.cols <= PANEL / 2 {
+                by_rows!(1)
+            } else {
+                by_rows!(2)
+            }
+        }
+    }
+
+    /// `R` rows by `V` vectors (8 columns each) of the tile.
+    ///
+    /// # Safety
+    /// The pointers hold what [`Tile`]'s fields say; `cols <= 8 * V`.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn run<const R: usize>(&self) {
+    unsafe fn run_k<const R: usize, const V: usize>(&self) {
         // SAFETY (whole body): `block` passes pointers to `depth` groups of 6 packed values
         // of `a` (the first R used), `depth` rows of 16 packed values of `b` and R rows of
         // `cols` values of `c`.
         unsafe {
-            let mut s = [[_mm256_setzero_ps(); 2]; R];
+            let mut s = [[_mm256_setzero_ps(); V]; R];
             let (mut ap, mut bp) = (self.a, self.b);
-            let step = |s: &mut [[__m256; 2]; R], ap: *const f32, bp: *const f32| {
-                let b0 = _mm256_loadu_ps(bp);
-                let b1 = _mm256_loadu_ps(bp.add(8));
+            let step = |s: &mut [[__m256; V]; R], ap: *const f32, bp: *const f32| {
+                let b: [__m256; V] = std::array::from_fn(|v| _mm256_loadu_ps(bp.add(8 * v)));
                 for (r, acc) in s.iter_mut().enumerate() {
                     let x = _mm256_broadcast_ss(&*ap.add(r));
-                    acc[0] = _mm256_fmadd_ps(x, b0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(x, b1, acc[1]);
+                    for (a, &b) in acc.iter_mut().zip(&b) {
+                        *a = _mm256_fmadd_ps(x, b, *a);
+                    }
                 }
             };
             // Four steps a trip: fewer loop instructions beside the loads the steps need (a
@@ -228,18 +248,17 @@ impl Tile {
             }
             for (r, acc) in s.iter().enumerate() {
                 let row = self.c.add(r * self.ldc);
-                if self.cols == PANEL {
-                    let (mut v0, mut v1) = (acc[0], acc[1]);
-                    if self.acc {
-                        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(row));
-                        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(row.add(8)));
+                if self.cols == 8 * V {
+                    for (v, &a) in acc.iter().enumerate() {
+                        let dst = row.add(8 * v);
+                        let a = if self.acc { _mm256_add_ps(a, _mm256_loadu_ps(dst)) } else { a };
+                        _mm256_storeu_ps(dst, a);
                     }
-                    _mm256_storeu_ps(row, v0);
-                    _mm256_storeu_ps(row.add(8), v1);
                 } else {
                     let mut tmp = [0.0f32; PANEL];
-                    _mm256_storeu_ps(tmp.as_mut_ptr(), acc[0]);
-                    _mm256_storeu_ps(tmp.as_mut_ptr().add(8), acc[1]);
+                    for (v, &a) in acc.iter().enumerate() {
+                        _mm256_storeu_ps(tmp.as_mut_ptr().add(8 * v), a);
+                    }
                     for (j, v) in tmp[..self.cols].iter().enumerate() {
                         let dst = row.add(j);
                         *dst = if self.acc { *dst + v } else { *v };
