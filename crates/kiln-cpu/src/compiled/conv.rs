@@ -2,8 +2,11 @@
 //! unpadded conv is one GEMM `[Og, Cg] @ [Cg, H*W]` per (image, group) on the input as it
 //! lies; other convs build the im2col matrix of each (image, group) in the executable's
 //! scratch first; convs with one input channel per group (depthwise) run a direct loop.
-//! Output channels are done in blocks of rows; each block gets its bias and then the
-//! epilogue while it is still in cache.
+//! KxK convs with constant weights run on the conv tiles when they fit (`conv_tiles`); other
+//! one-group convs with constant weights run on kiln's GEMM with the weights packed once
+//! (`gemm::gemm_a`, where kiln's GEMM runs), a whole image per call, then its bias and
+//! epilogue. On the `gemm` crate, output channels are done in blocks of rows; each block
+//! gets its bias and then the epilogue while it is still in cache.
 
 #[cfg(target_arch = "x86_64")]
 use super::conv_tiles;

@@ -9,9 +9,10 @@
 //! Measured side by side with the `gemm` crate by `cargo bench -p kiln-cpu --bench kernels --
 //! packed` (this 2-core AVX2 VM, noisy: figures vary by a third from minute to minute): on
 //! bert-base's shapes 100-140 GFLOP/s against 90-100 on 2 threads, 70-78 against 58-68 on
-//! one (the FMA units' peak is 96 a core). Convolutions stay on the `gemm` crate: with the
-//! weights as the unpacked left side and the im2col matrix packed per call, resnet50's convs
-//! ran 3-40% slower here.
+//! one (the FMA units' peak is about 90 a core). Convolutions with constant weights outside
+//! the conv tiles take [`gemm_a`]: the weights packed once as the left side ([`PackedA`]), the
+//! image or its im2col matrix packed per call (`-- packed-a`: resnet50's 1x1 convs 1.07-1.30x
+//! the `gemm` crate).
 //!
 //! [`available`] says whether kiln uses it on this CPU; elsewhere matmuls keep the `gemm` crate.
 
