@@ -34,8 +34,28 @@ fn median_secs(op: &Op, inputs: &[&HostTensor]) -> f64 {
         times.push(t.elapsed().as_secs_f64());
         drop(out);
     }
-    times.sort_by(|a, b| a.total_cmp(b));
-    times[times.len() / 2]
+    median(&mut times)
+}
+
+/// The median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Median seconds of `a` and of `b` over `runs` runs each, alternated so both see the same
+/// machine state.
+fn alternated_medians(runs: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let t = Instant::now();
+        a();
+        ta.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        b();
+        tb.push(t.elapsed().as_secs_f64());
+    }
+    (median(&mut ta), median(&mut tb))
 }
 
 fn report(name: &str, flops: f64, secs: f64) {
@@ -91,23 +111,15 @@ fn main() {
             let (av, bv) = (a.to_vec::<f32>().expect("f32"), b.to_vec::<f32>().expect("f32"));
             let packed = kiln_cpu::gemm::PackedB::from_rows(k, n, &bv).expect("sizes fit");
             let mut c = vec![0.0f32; m * n];
-            let (mut ours, mut crate_) = (Vec::new(), Vec::new());
-            for _ in 0..15 {
-                let t = Instant::now();
+            let (ours, crate_) = alternated_medians(
+                15,
                 // SAFETY: a is [m, k], c is [m, n], both dense.
-                unsafe { kiln_cpu::gemm::gemm(m, av.as_ptr(), k, &packed, c.as_mut_ptr(), n) };
-                ours.push(t.elapsed().as_secs_f64());
-                let t = Instant::now();
-                drop(eval(&Op::MatMul, &[&a, &b]).expect("bench op runs"));
-                crate_.push(t.elapsed().as_secs_f64());
-            }
-            let med = |v: &mut Vec<f64>| {
-                v.sort_by(|a, b| a.total_cmp(b));
-                v[v.len() / 2]
-            };
+                || unsafe { kiln_cpu::gemm::gemm(m, av.as_ptr(), k, &packed, c.as_mut_ptr(), n) },
+                || drop(eval(&Op::MatMul, &[&a, &b]).expect("bench op runs")),
+            );
             let flops = 2.0 * (m * k * n) as f64;
-            report(name, flops, med(&mut ours));
-            report("  (gemm crate, same shapes)", flops, med(&mut crate_));
+            report(name, flops, ours);
+            report("  (gemm crate, same shapes)", flops, crate_);
         }
     }
 
@@ -135,23 +147,15 @@ fn main() {
             // SAFETY: a is a dense [m, k] matrix.
             let packed = unsafe { kiln_cpu::gemm::PackedA::pack(m, k, av.as_ptr(), k as isize, 1) };
             let mut c = vec![0.0f32; m * n];
-            let (mut ours, mut crate_) = (Vec::new(), Vec::new());
-            for _ in 0..21 {
-                let t = Instant::now();
+            let (ours, crate_) = alternated_medians(
+                21,
                 // SAFETY: b is [k, n] and c [m, n], both dense.
-                unsafe { kiln_cpu::gemm::gemm_a(&packed, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) };
-                ours.push(t.elapsed().as_secs_f64());
-                let t = Instant::now();
-                drop(eval(&Op::MatMul, &[&a, &b]).expect("bench op runs"));
-                crate_.push(t.elapsed().as_secs_f64());
-            }
-            let med = |v: &mut Vec<f64>| {
-                v.sort_by(|a, b| a.total_cmp(b));
-                v[v.len() / 2]
-            };
+                || unsafe { kiln_cpu::gemm::gemm_a(&packed, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) },
+                || drop(eval(&Op::MatMul, &[&a, &b]).expect("bench op runs")),
+            );
             let flops = 2.0 * (m * k * n) as f64;
-            report(name, flops, med(&mut ours));
-            report("  (gemm crate, same shapes)", flops, med(&mut crate_));
+            report(name, flops, ours);
+            report("  (gemm crate, same shapes)", flops, crate_);
         }
     }
 

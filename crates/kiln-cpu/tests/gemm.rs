@@ -23,25 +23,39 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// `a` is `[m, k]` at row stride `lda`, `b` `[k, n]` dense; returns `c` at row stride `ldc`
-/// (padding filled with a sentinel) from kiln's GEMM, and the f64 reference.
+/// `a` is `[m, k]` at row stride `lda`, `b` `[k, n]` dense; checks `c` at row stride `ldc`
+/// from kiln's GEMM (see [`assert_product`]).
 fn check(m: usize, n: usize, k: usize, lda: usize, ldc: usize) {
     let a = values(m.max(1) * lda, (m * 31 + k) as u64);
     let b = values(k * n, (n * 17 + k) as u64);
     let packed = PackedB::from_rows(k, n, &b).expect("b holds k * n values");
     assert_eq!((packed.k(), packed.n()), (k, n));
-    let sentinel = 1234.5f32;
-    let mut c = vec![sentinel; m.max(1) * ldc];
+    let mut c = vec![SENTINEL; m.max(1) * ldc];
     // SAFETY: a holds m rows of lda >= k values, c m rows of ldc >= n.
     unsafe { gemm::gemm(m, a.as_ptr(), lda, &packed, c.as_mut_ptr(), ldc) };
+    assert_product(&c, ldc, (m, n, k), |i, t| a[i * lda + t], |t, j| b[t * n + j]);
+}
+
+/// What the output's padding columns hold before a product, and must still hold after.
+const SENTINEL: f32 = 1234.5;
+
+/// Asserts that `c` (`m` rows `ldc` apart) holds `a @ b` within rounding, against an f64
+/// loop over `a(i, t)` and `b(t, j)`, and that its padding columns still hold [`SENTINEL`].
+fn assert_product(
+    c: &[f32],
+    ldc: usize,
+    (m, n, k): (usize, usize, usize),
+    a: impl Fn(usize, usize) -> f32,
+    b: impl Fn(usize, usize) -> f32,
+) {
     for i in 0..m {
         for j in 0..ldc {
             let got = c[i * ldc + j];
             if j >= n {
-                assert_eq!(got, sentinel, "padding ({i}, {j}) of m{m} n{n} k{k} was written");
+                assert_eq!(got, SENTINEL, "padding ({i}, {j}) of m{m} n{n} k{k} was written");
                 continue;
             }
-            let want: f64 = (0..k).map(|t| a[i * lda + t] as f64 * b[t * n + j] as f64).sum();
+            let want: f64 = (0..k).map(|t| a(i, t) as f64 * b(t, j) as f64).sum();
             let tol = 1e-5 * (k as f64).sqrt().max(1.0);
             assert!(
                 (got as f64 - want).abs() <= tol,
@@ -154,7 +168,7 @@ fn nan_and_inf_propagate() {
 
 /// `gemm_a`: `a` `[m, k]` at row stride `lda` packed once, `b` `[k, n]` at strides
 /// (`rs`, `cs`) inside a buffer of `b_len`, `c` at row stride `ldc` (padding keeps a
-/// sentinel), against the f64 reference.
+/// sentinel), against the f64 reference (see [`assert_product`]).
 fn check_a(m: usize, n: usize, k: usize, lda: usize, (rs, cs): (usize, usize), ldc: usize) {
     let a = values(m.max(1) * lda, (m * 29 + k) as u64);
     let b_len = if k * n == 0 { 1 } else { (k - 1) * rs + (n - 1) * cs + 1 };
@@ -162,22 +176,10 @@ fn check_a(m: usize, n: usize, k: usize, lda: usize, (rs, cs): (usize, usize), l
     // SAFETY: a holds m rows of lda >= k values.
     let packed = unsafe { gemm::PackedA::pack(m, k, a.as_ptr(), lda as isize, 1) };
     assert_eq!((packed.m(), packed.k()), (m, k));
-    let sentinel = -999.25f32;
-    let mut c = vec![sentinel; m.max(1) * ldc];
+    let mut c = vec![SENTINEL; m.max(1) * ldc];
     // SAFETY: every (t, j) of b is inside its b_len values; c holds m rows of ldc >= n.
     unsafe { gemm::gemm_a(&packed, n, b.as_ptr(), rs as isize, cs as isize, c.as_mut_ptr(), ldc) };
-    for i in 0..m {
-        for j in 0..ldc {
-            let got = c[i * ldc + j];
-            if j >= n {
-                assert_eq!(got, sentinel, "padding ({i}, {j}) of m{m} n{n} k{k} was written");
-                continue;
-            }
-            let want: f64 = (0..k).map(|t| a[i * lda + t] as f64 * b[t * rs + j * cs] as f64).sum();
-            let tol = 1e-5 * (k as f64).sqrt().max(1.0);
-            assert!((got as f64 - want).abs() <= tol, "({i}, {j}) of m{m} n{n} k{k}: {got} vs {want}");
-        }
-    }
+    assert_product(&c, ldc, (m, n, k), |i, t| a[i * lda + t], |t, j| b[t * rs + j * cs]);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The AVX2 + FMA micro-kernel of [`super::gemm`]: a 6 x 16 tile of `c` in twelve
 //! registers, fed per step of `k` by two loads of a packed panel and six broadcasts from `a`.
 
-use super::{PANEL, PackedA, PackedB, ROWS};
+use super::{PANEL, PackedA, PackedB, ROWS, gather_row};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -132,15 +132,8 @@ unsafe fn pack_b(packed: &mut [f32], b: *const f32, rs: isize, cs: isize, depth:
         for (q, j0) in cols.clone().step_by(PANEL).enumerate() {
             let w = PANEL.min(cols.end - j0);
             let row = &mut packed[(q * depth + i) * PANEL..(q * depth + i + 1) * PANEL];
-            // SAFETY (both arms): row i, columns j0..j0+w of the caller's block.
-            let src = unsafe { b.offset(i as isize * rs + j0 as isize * cs) };
-            if cs == 1 {
-                row[..w].copy_from_slice(unsafe { std::slice::from_raw_parts(src, w) });
-            } else {
-                for (j, v) in row[..w].iter_mut().enumerate() {
-                    *v = unsafe { *src.offset(j as isize * cs) };
-                }
-            }
+            // SAFETY: row i, columns j0..j0+w of the caller's block.
+            unsafe { gather_row(&mut row[..w], b.offset(i as isize * rs + j0 as isize * cs), cs) };
             row[w..].fill(0.0);
         }
     }

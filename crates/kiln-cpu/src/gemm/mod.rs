@@ -80,15 +80,8 @@ impl PackedB {
                 let (ptr, j0) = (src as *const f32, p * PANEL);
                 let cols = PANEL.min(n - j0);
                 for (i, row) in panel.chunks_exact_mut(PANEL).enumerate() {
-                    // SAFETY (both arms): (i, j0 + j) for j < cols is inside the caller's matrix.
-                    let first = unsafe { ptr.offset(i as isize * rs + j0 as isize * cs) };
-                    if cs == 1 {
-                        row[..cols].copy_from_slice(unsafe { std::slice::from_raw_parts(first, cols) });
-                    } else {
-                        for (j, v) in row[..cols].iter_mut().enumerate() {
-                            *v = unsafe { *first.offset(j as isize * cs) };
-                        }
-                    }
+                    // SAFETY: (i, j0 + j) for j < cols is inside the caller's matrix.
+                    unsafe { gather_row(&mut row[..cols], ptr.offset(i as isize * rs + j0 as isize * cs), cs) };
                 }
             });
         PackedB { k, n, data }
@@ -129,10 +122,8 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &PackedB, c: *mut f32
         return;
     }
     if b.k == 0 {
-        for i in 0..m {
-            // SAFETY: row i of c, inside the caller's bounds.
-            unsafe { std::ptr::write_bytes(c.add(i * ldc), 0, n) };
-        }
+        // SAFETY: c holds m rows of n values ldc apart (the caller's contract).
+        unsafe { zero_rows(m, n, c, ldc) };
         return;
     }
     let job = Job { a, lda, b, c, ldc };
@@ -150,19 +141,52 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &PackedB, c: *mut f32
     } else {
         (panels, panels.div_ceil(threads))
     };
-    rayon::scope(|s| {
-        for start in (0..len).step_by(step) {
-            let (end, job) = ((start + step).min(len), &job);
-            s.spawn(move |_| match split_rows {
-                true => job.run(start..end, 0..panels),
-                false => job.run(0..m, start..end),
-            });
-        }
+    in_parts(len, step, |part| match split_rows {
+        true => job.run(part, 0..panels),
+        false => job.run(0..m, part),
     });
 }
 
 /// Rows of `c` one micro-tile computes.
 const ROWS: usize = 6;
+
+/// Runs `part` on the rayon pool for each range of `step` units of `0..len`, and waits.
+fn in_parts(len: usize, step: usize, part: impl Fn(Range<usize>) + Sync) {
+    rayon::scope(|s| {
+        for start in (0..len).step_by(step) {
+            let part = &part;
+            s.spawn(move |_| part(start..(start + step).min(len)));
+        }
+    });
+}
+
+/// Zeros `m` rows of `n` values `ldc` apart (a product over an empty inner dim).
+///
+/// # Safety
+/// `c` holds those rows.
+unsafe fn zero_rows(m: usize, n: usize, c: *mut f32, ldc: usize) {
+    for i in 0..m {
+        // SAFETY: row i of c, inside the caller's bounds.
+        unsafe { std::ptr::write_bytes(c.add(i * ldc), 0, n) };
+    }
+}
+
+/// Copies `dst.len()` values from `src`, `cs` apart, into `dst` (a row of a packed panel or
+/// of a padded image), with one memcpy at unit stride.
+///
+/// # Safety
+/// `src + j * cs` is readable for every `j < dst.len()`.
+pub(crate) unsafe fn gather_row(dst: &mut [f32], src: *const f32, cs: isize) {
+    if cs == 1 {
+        // SAFETY: the caller's contract, with unit stride.
+        dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, dst.len()) });
+    } else {
+        for (j, v) in dst.iter_mut().enumerate() {
+            // SAFETY: the caller's contract.
+            *v = unsafe { *src.offset(j as isize * cs) };
+        }
+    }
+}
 
 /// A `[m, k]` left-hand side packed once for [`gemm_a`]: tile `t` holds rows `6t..6t+6` as
 /// `k` groups of 6 contiguous values (zeros past `m`), the order the micro-kernel reads. A
@@ -227,10 +251,8 @@ pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize,
         return;
     }
     if k == 0 {
-        for i in 0..m {
-            // SAFETY: row i of c, inside the caller's bounds.
-            unsafe { std::ptr::write_bytes(c.add(i * ldc), 0, n) };
-        }
+        // SAFETY: c holds m rows of n values ldc apart (the caller's contract).
+        unsafe { zero_rows(m, n, c, ldc) };
         return;
     }
     let job = JobA { a, n, b, rs, cs, c, ldc };
@@ -245,14 +267,9 @@ pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize,
     } else {
         (tiles, tiles.div_ceil(threads))
     };
-    rayon::scope(|s| {
-        for start in (0..len).step_by(step) {
-            let (end, job) = ((start + step).min(len), &job);
-            s.spawn(move |_| match by_panels {
-                true => job.run(0..tiles, start..end),
-                false => job.run(start..end, 0..panels),
-            });
-        }
+    in_parts(len, step, |part| match by_panels {
+        true => job.run(0..tiles, part),
+        false => job.run(part, 0..panels),
     });
 }
 

@@ -15,6 +15,7 @@
 //! (resnet50's first call took 0.08 s with and without the tiles).
 
 use super::conv::Geom;
+use crate::gemm::gather_row;
 use super::steps::Epi;
 use kiln_ir::Result;
 use kiln_sched::BufView;
@@ -349,16 +350,8 @@ unsafe fn pad_image(
                 row[..pl].fill(0.0);
                 row[pl + g.w..].fill(0.0);
                 let at = x.offset + img * x.strides[0] + c * x.strides[1] + y * x.strides[2];
-                let dst = &mut row[pl..pl + g.w];
-                if x.strides[3] == 1 {
-                    // SAFETY: c < C, y < H and the row's W elements: inside the checked view.
-                    dst.copy_from_slice(unsafe { std::slice::from_raw_parts((px as *const f32).add(at), g.w) });
-                    continue;
-                }
-                for (t, d) in dst.iter_mut().enumerate() {
-                    // SAFETY: c < C, y < H, t < W: inside the checked view.
-                    *d = unsafe { (px as *const f32).add(at + t * x.strides[3]).read() };
-                }
+                // SAFETY: c < C, y < H and the row's W elements: inside the checked view.
+                unsafe { gather_row(&mut row[pl..pl + g.w], (px as *const f32).add(at), x.strides[3] as isize) };
             }
         });
 }
@@ -414,17 +407,16 @@ unsafe fn panel_rows(
             // so `sums` holds them as `[pixel][16]`; those pixels of the panel's channels are
             // inside the output.
             unsafe { avx2::store_group(sums.as_ptr(), end - q0, chans, bias, out.add(q0), g.p()) };
-            q0 = end;
-            continue;
-        }
-        for (i, &Tile { q, n, pair }) in tiles.iter().enumerate() {
-            let tp = sums[i * slot..].as_ptr();
-            // SAFETY: pixels q..q+n (and the n below them when paired) of the panel's
-            // channels; the tile holds n (2n when paired) pixels of `lanes` values.
-            unsafe {
-                store(tp, lanes, n, chans, bias, out.add(q), g.p());
-                if pair {
-                    store(tp.add(n * lanes), lanes, n, chans, bias, out.add(q + ow), g.p());
+        } else {
+            for (i, &Tile { q, n, pair }) in tiles.iter().enumerate() {
+                let tp = sums[i * slot..].as_ptr();
+                // SAFETY: pixels q..q+n (and the n below them when paired) of the panel's
+                // channels; the tile holds n (2n when paired) pixels of `lanes` values.
+                unsafe {
+                    store(tp, lanes, n, chans, bias, out.add(q), g.p());
+                    if pair {
+                        store(tp.add(n * lanes), lanes, n, chans, bias, out.add(q + ow), g.p());
+                    }
                 }
             }
         }
