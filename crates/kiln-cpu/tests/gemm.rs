@@ -241,3 +241,29 @@ fn packed_a_zero_depth_writes_zeros_and_nan_propagates() {
         assert!(c[i * n + 4].is_finite());
     }
 }
+
+/// `gemm_a_panels`: `b` written straight into panels of 16 columns (`k` rows of 16 each,
+/// the last panel's columns past `n` holding NaN, which must never reach `c`), against the
+/// f64 reference.
+#[test]
+fn packed_a_with_b_already_in_panels() {
+    if !available() {
+        return;
+    }
+    for (m, n, k) in [(1, 1, 1), (7, 8, 3), (13, 24, 257), (64, 208, 64), (8, 16, 600), (20, 49, 9)] {
+        let a = values(m * k, (m + k) as u64);
+        let b = values(k * n, (n * 7 + k) as u64);
+        let panels = n.div_ceil(gemm::PANEL);
+        let mut bp = vec![f32::NAN; panels * k * gemm::PANEL];
+        for t in 0..k {
+            for j in 0..n {
+                bp[((j / gemm::PANEL) * k + t) * gemm::PANEL + j % gemm::PANEL] = b[t * n + j];
+            }
+        }
+        // SAFETY: dense operands of the stated sizes; c holds m rows of n + 3.
+        let packed = unsafe { gemm::PackedA::pack(m, k, a.as_ptr(), k as isize, 1) };
+        let mut c = vec![SENTINEL; m * (n + 3)];
+        unsafe { gemm::gemm_a_panels(&packed, n, bp.as_ptr(), c.as_mut_ptr(), n + 3) };
+        assert_product(&c, n + 3, (m, n, k), |i, t| a[i * k + t], |t, j| b[t * n + j]);
+    }
+}

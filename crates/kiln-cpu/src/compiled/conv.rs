@@ -2,14 +2,15 @@
 //! unpadded conv is one GEMM `[Og, Cg] @ [Cg, H*W]` per (image, group) on the input as it
 //! lies; other convs build the im2col matrix of each (image, group) in the executable's
 //! scratch first; convs with one input channel per group (depthwise) run a direct loop.
-//! KxK convs with constant weights run on the conv tiles when they fit (`conv_tiles`); other
+//! 3x3 stride-1 convs with constant weights run by Winograd's F(4x4, 3x3) when they fit
+//! (`conv_winograd`), other KxK convs with constant weights on the conv tiles (`conv_tiles`); other
 //! one-group convs with constant weights run on kiln's GEMM with the weights packed once
 //! (`gemm::gemm_a`, where kiln's GEMM runs), a whole image per call, then its bias and
 //! epilogue. On the `gemm` crate, output channels are done in blocks of rows; each block
 //! gets its bias and then the epilogue while it is still in cache.
 
 #[cfg(target_arch = "x86_64")]
-use super::conv_tiles;
+use super::{conv_tiles, conv_winograd};
 use super::conv_direct::{DwOperands, depthwise, im2col};
 use super::matmul::sgemm;
 use super::prepack::Prepacked;
@@ -136,6 +137,32 @@ pub(crate) use conv_tiles::PackedWeights;
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) enum PackedWeights {}
 
+/// A 3x3 conv's weights transformed for Winograd's F(4x4, 3x3).
+#[cfg(target_arch = "x86_64")]
+pub(crate) use conv_winograd::WinogradWeights;
+/// A 3x3 conv's weights transformed for Winograd (none here: it needs x86-64).
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) enum WinogradWeights {}
+
+/// Whether this conv runs by Winograd's F(4x4, 3x3) (see [`conv_winograd`]): a fitting
+/// geometry on a CPU where kiln's GEMM runs, and constant weights, transformed once.
+pub(crate) fn runs_winograd(
+    a: &Conv2dAttrs,
+    inputs: &[BufView],
+    out: &[usize],
+    weights_const: bool,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        weights_const && Geom::new(a, inputs, out).is_ok_and(|g| conv_winograd::eligible(&g))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (a, inputs, out, weights_const);
+        false
+    }
+}
+
 /// Whether this conv runs on the conv tiles (see [`conv_tiles`]): a fitting geometry on a
 /// CPU that has them, and constant weights (`weights_const`), which are packed once.
 pub(crate) fn runs_direct(
@@ -170,26 +197,29 @@ pub(crate) fn runs_packed_gemm(
         && Geom::new(a, inputs, out).is_ok_and(|g| g.groups == 1 && g.cg > 1)
 }
 
-/// f32 elements of scratch this conv needs (`None` when it needs none): the im2col matrix,
-/// or with `direct` (see [`runs_direct`]) the padded input.
+/// f32 elements of scratch this conv needs (`None` when it needs none), by how it runs (its
+/// `packed` cell): the im2col matrix, the conv tiles' padded input, or Winograd's padded
+/// input and transformed tiles.
 pub(crate) fn scratch_elems(
     a: &Conv2dAttrs,
     inputs: &[BufView],
     out: &[usize],
-    direct: bool,
+    packed: Option<&Prepacked>,
 ) -> Option<usize> {
     let g = Geom::new(a, inputs, out).ok()?;
     #[cfg(target_arch = "x86_64")]
-    if direct {
-        return conv_tiles::scratch_elems(&g, &inputs[0]);
+    match packed {
+        Some(Prepacked::ConvTiles(_)) => return conv_tiles::scratch_elems(&g, &inputs[0]),
+        Some(Prepacked::ConvWinograd(_)) => return Some(conv_winograd::scratch_elems(&g)),
+        _ => {}
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = direct;
+    let _ = packed;
     (g.cg > 1 && direct_input(&g, &inputs[0]).is_none()).then(|| g.k() * g.p())
 }
 
-/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]): on the conv tiles when
-/// `packed` is their cell (see [`runs_direct`]), else by im2col (unless pointwise) and GEMM:
+/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]): by Winograd when `packed` is
+/// its cell (see [`runs_winograd`]), on the conv tiles when `packed` is their cell (see [`runs_direct`]), else by im2col (unless pointwise) and GEMM:
 /// kiln's with the weights packed once when `packed` is that cell (see
 /// [`runs_packed_gemm`]), else the `gemm` crate's, `block_rows` output channels per GEMM call
 /// when given (the autotuner's choice), else the heuristic below.
@@ -224,6 +254,18 @@ pub(crate) fn run(
         }
         None => None,
     };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cell) = packed.and_then(Prepacked::conv_winograd) {
+        // SAFETY: as for the conv tiles below; the scratch was sized by `scratch_elems` for
+        // Winograd, which only runs where kiln's GEMM does.
+        return unsafe {
+            let packed = cell.get_or_init(|| {
+                let (_dense, pw, w_rs, w_cs) = weight_matrix(ptrs, w, &g);
+                WinogradWeights::pack(&g, pw, w_rs, w_cs)
+            });
+            conv_winograd::run(&g, x, px, packed, bias, pout, epi, scratch)
+        };
+    }
     #[cfg(target_arch = "x86_64")]
     if let Some(cell) = packed.and_then(Prepacked::conv_tiles) {
         // SAFETY: the weight matrix is read inside its view (checked when the executable was

@@ -67,7 +67,7 @@ impl Executable {
                     op,
                     inputs,
                     out_shape,
-                    d.as_ref().is_some_and(|d| d.conv_tiles().is_some()),
+                    d.as_ref(),
                 ),
                 _ => None,
             })
@@ -95,6 +95,13 @@ impl Executable {
     /// the convolution scratch.
     pub fn peak_bytes(&self) -> usize {
         self.arena_bytes + self.scratch_elems * std::mem::size_of::<f32>()
+    }
+
+    /// For each step, the algorithm that packs a constant for it, by name (`None` for the
+    /// steps that pack nothing): which convs run by Winograd, on the conv tiles or on kiln's
+    /// GEMM, and which matmuls on kiln's GEMM.
+    pub fn packed_algorithms(&self) -> Vec<Option<&'static str>> {
+        self.prepacked.iter().map(|p| p.as_ref().map(Prepacked::name)).collect()
     }
 
     /// The per-step knobs runs use (empty: every heuristic's default).

@@ -12,6 +12,8 @@ mod conv;
 #[cfg(target_arch = "x86_64")]
 mod conv_tiles;
 mod conv_direct;
+#[cfg(target_arch = "x86_64")]
+mod conv_winograd;
 mod executable;
 mod interp;
 mod launch;

@@ -2,7 +2,7 @@
 //! run: what ONNX Runtime calls pre-packing. Which steps get a cell is decided when the
 //! executable is built, from the program alone.
 
-use super::conv::{self, PackedWeights};
+use super::conv::{self, PackedWeights, WinogradWeights};
 use super::matmul;
 use crate::gemm::{self, PackedA, PackedB};
 use kiln_sched::{BufKind, ExternOp, Program, StepKind};
@@ -12,6 +12,8 @@ use std::sync::OnceLock;
 pub(crate) enum Prepacked {
     /// A conv's weights for the conv tiles (`conv_tiles`).
     ConvTiles(OnceLock<PackedWeights>),
+    /// A 3x3 conv's weights transformed for Winograd's F(4x4, 3x3) (`conv_winograd`).
+    ConvWinograd(OnceLock<WinogradWeights>),
     /// A matmul's constant right-hand side for kiln's GEMM ([`crate::gemm`]).
     MatmulRhs(OnceLock<PackedB>),
     /// A conv's weights as the packed left-hand side of kiln's GEMM ([`crate::gemm::gemm_a`]),
@@ -20,10 +22,28 @@ pub(crate) enum Prepacked {
 }
 
 impl Prepacked {
+    /// The algorithm this cell serves, as [`super::Executable::packed_algorithms`] names it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Prepacked::ConvTiles(_) => "conv tiles",
+            Prepacked::ConvWinograd(_) => "conv winograd",
+            Prepacked::MatmulRhs(_) => "matmul packed gemm",
+            Prepacked::ConvGemm(_) => "conv packed gemm",
+        }
+    }
+
     /// The cell of a conv that runs on the conv tiles.
     pub(crate) fn conv_tiles(&self) -> Option<&OnceLock<PackedWeights>> {
         match self {
             Prepacked::ConvTiles(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The cell of a conv that runs by Winograd's F(4x4, 3x3).
+    pub(crate) fn conv_winograd(&self) -> Option<&OnceLock<WinogradWeights>> {
+        match self {
+            Prepacked::ConvWinograd(c) => Some(c),
             _ => None,
         }
     }
@@ -45,7 +65,8 @@ impl Prepacked {
     }
 }
 
-/// The cell step `kind` of `p` gets, if any: a conv on the conv tiles, else a conv of
+/// The cell step `kind` of `p` gets, if any: a conv by Winograd (see
+/// [`conv::runs_winograd`]), else one on the conv tiles, else a conv of
 /// constant weights on kiln's GEMM (see [`conv::runs_packed_gemm`]), or a matmul of a
 /// constant right-hand side that one packing serves (no batch dims of its own) by a
 /// left-hand side with unit column stride, on a CPU that runs kiln's GEMM.
@@ -66,7 +87,9 @@ pub(crate) fn for_step(p: &Program, kind: &StepKind) -> Option<Prepacked> {
     };
     match op {
         ExternOp::Conv2d(a) => {
-            if conv::runs_direct(a, inputs, out_shape, is_const(1)) {
+            if conv::runs_winograd(a, inputs, out_shape, is_const(1)) {
+                Some(Prepacked::ConvWinograd(OnceLock::new()))
+            } else if conv::runs_direct(a, inputs, out_shape, is_const(1)) {
                 Some(Prepacked::ConvTiles(OnceLock::new()))
             } else {
                 conv::runs_packed_gemm(a, inputs, out_shape, is_const(1))

@@ -158,16 +158,16 @@ impl Epi<'_> {
     }
 }
 
-/// f32 elements of scratch an extern needs (`None` when it needs none); `direct`: a conv
-/// that runs on the conv tiles.
+/// f32 elements of scratch an extern needs (`None` when it needs none), given the constant
+/// it packs (which says how a conv runs).
 pub(crate) fn scratch_elems(
     op: &ExternOp,
     inputs: &[BufView],
     out_shape: &[usize],
-    direct: bool,
+    packed: Option<&Prepacked>,
 ) -> Option<usize> {
     match op {
-        ExternOp::Conv2d(a) => conv::scratch_elems(a, inputs, out_shape, direct),
+        ExternOp::Conv2d(a) => conv::scratch_elems(a, inputs, out_shape, packed),
         ExternOp::MatMul => None,
     }
 }

@@ -1,7 +1,7 @@
 //! The AVX2 + FMA micro-kernel of [`super::gemm`]: a 6 x 16 tile of `c` in twelve
 //! registers, fed per step of `k` by two loads of a packed panel and six broadcasts from `a`.
 
-use super::{PANEL, PackedA, PackedB, ROWS, gather_row};
+use super::{PANEL, PackedA, PackedB, ROWS, Rhs, gather_row};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -70,11 +70,11 @@ pub(super) unsafe fn block(
 
 /// Row tiles `tiles`, panels `panels` of `c = a @ b` for a packed `a` (see
 /// [`super::gemm_a`]): for each block of 8 panels and 256 rows of `b`, the block is packed
-/// (128 KB, kept in L2) and swept by every tile of `a`, each tile's 6 x 256 slice staying in
-/// L1 while it meets the block's panels.
+/// (128 KB, kept in L2; read where it lies when `b` is already in panels) and swept by every
+/// tile of `a`, each tile's 6 x 256 slice staying in L1 while it meets the block's panels.
 ///
 /// # Safety
-/// As [`super::gemm_a`]; the CPU has AVX2 and FMA.
+/// As [`super::gemm_a`] or [`super::gemm_a_panels`], by `b`; the CPU has AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn block_a(
@@ -82,31 +82,39 @@ pub(super) unsafe fn block_a(
     panels: Range<usize>,
     a: &PackedA,
     n: usize,
-    b: *const f32,
-    rs: isize,
-    cs: isize,
+    b: Rhs,
     c: *mut f32,
     ldc: usize,
 ) {
     let (m, k) = (a.m, a.k);
-    let mut packed = vec![0.0f32; SWEEP.min(panels.len()) * PANEL * k.min(DEPTH)];
+    let mut packed = match b {
+        Rhs::Strided { .. } => vec![0.0f32; SWEEP.min(panels.len()) * PANEL * k.min(DEPTH)],
+        Rhs::Panels(_) => Vec::new(),
+    };
     for q0 in panels.clone().step_by(SWEEP) {
         let q1 = (q0 + SWEEP).min(panels.end);
         let cols = q0 * PANEL..n.min(q1 * PANEL);
         for k0 in (0..k).step_by(DEPTH) {
             let (depth, acc) = (DEPTH.min(k - k0), k0 > 0);
-            // SAFETY: rows k0..k0+depth and columns `cols` are inside `b` (the caller's contract).
-            unsafe { pack_b(&mut packed, b.offset(k0 as isize * rs), rs, cs, depth, cols.clone()) };
+            // Where panel q0's rows k0.. lie, and how far apart the panels are.
+            let (b0, step) = match b {
+                Rhs::Strided { b, rs, cs } => {
+                    // SAFETY: rows k0..k0+depth and columns `cols` are inside `b` (the caller's contract).
+                    unsafe { pack_b(&mut packed, b.offset(k0 as isize * rs), rs, cs, depth, cols.clone()) };
+                    (packed.as_ptr(), depth * PANEL)
+                }
+                Rhs::Panels(b) => (b.wrapping_add((q0 * k + k0) * PANEL), k * PANEL),
+            };
             for t in tiles.clone() {
                 let i = t * ROWS;
                 for p in q0..q1 {
-                    // SAFETY: tile t of `a` (k groups of 6) from group k0, panel p - q0 of the
-                    // packed block, rows i.. and the columns of panel p inside `c`.
+                    // SAFETY: tile t of `a` (k groups of 6) from group k0, rows k0.. of panel
+                    // p of `b`, rows i.. and the columns of panel p inside `c`.
                     unsafe {
                         let t = Tile {
                             depth,
                             a: a.data.as_ptr().add((t * k + k0) * ROWS),
-                            b: packed.as_ptr().add((p - q0) * depth * PANEL),
+                            b: b0.add((p - q0) * step),
                             c: c.add(i * ldc + p * PANEL),
                             ldc,
                             cols: PANEL.min(n - p * PANEL),

@@ -245,6 +245,38 @@ impl PackedA {
 /// Every element of `b` the strides reach for `i < k`, `j < n` is inside a live allocation;
 /// `c` holds `m` rows of `n` values `ldc` apart and overlaps neither operand.
 pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize, c: *mut f32, ldc: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc) }
+}
+
+/// `c[m, n] = a @ b` on the calling thread alone, for a right-hand side already laid out as
+/// [`PackedB`] lays out its data (panel `p`, of 16 columns, holds `a.k()` rows of 16 values
+/// at `b + p * a.k() * 16`): for callers that write `b` that way and run many small
+/// products side by side themselves (the Winograd conv's 36 per image). Columns past `n` in
+/// the last panel are read but never stored.
+///
+/// # Safety
+/// `b` holds `n.div_ceil(16)` such panels; `c` holds `m` rows of `n` values `ldc` apart and
+/// overlaps neither operand.
+pub unsafe fn gemm_a_panels(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_a_on(1, a, n, Rhs::Panels(b), c, ldc) }
+}
+
+/// The right-hand side of a [`gemm_a`]-style product.
+#[derive(Clone, Copy)]
+enum Rhs {
+    /// Element `(i, j)` at `b + i * rs + j * cs`, packed per call.
+    Strided { b: *const f32, rs: isize, cs: isize },
+    /// Already in panels (see [`gemm_a_panels`]).
+    Panels(*const f32),
+}
+
+/// [`gemm_a`] split over at most `threads` parts.
+///
+/// # Safety
+/// As [`gemm_a`] for a strided `b`, [`gemm_a_panels`] for one in panels.
+unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, ldc: usize) {
     assert!(supported(), "kiln_cpu::gemm needs AVX2 and FMA");
     let (m, k) = (a.m, a.k);
     if m == 0 || n == 0 {
@@ -255,8 +287,8 @@ pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize,
         unsafe { zero_rows(m, n, c, ldc) };
         return;
     }
-    let job = JobA { a, n, b, rs, cs, c, ldc };
-    let (threads, panels, tiles) = (rayon::current_num_threads(), n.div_ceil(PANEL), m.div_ceil(ROWS));
+    let job = JobA { a, n, b, c, ldc };
+    let (panels, tiles) = (n.div_ceil(PANEL), m.div_ceil(ROWS));
     if threads < 2 || m * n * k < PAR_WORK {
         job.run(0..tiles, 0..panels);
         return;
@@ -277,9 +309,7 @@ pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize,
 struct JobA<'a> {
     a: &'a PackedA,
     n: usize,
-    b: *const f32,
-    rs: isize,
-    cs: isize,
+    b: Rhs,
     c: *mut f32,
     ldc: usize,
 }
@@ -293,7 +323,7 @@ impl JobA<'_> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `gemm_a`'s caller vouched for the operands; `gemm_a` checked the CPU.
         unsafe {
-            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.rs, self.cs, self.c, self.ldc)
+            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.c, self.ldc)
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (tiles, panels);
