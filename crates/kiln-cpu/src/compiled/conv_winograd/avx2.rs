@@ -115,3 +115,32 @@ pub(super) unsafe fn output_tiles(m: *const f32, ld: usize, bias: f32, rows: &mu
         }
     }
 }
+
+/// Splits 32 consecutive values of a row by column phase (the inverse of the transpose in
+/// [`output_tiles`]): `src[4l + p]` goes to `phases[p][l]` for `l < 8`, `p < 4`.
+///
+/// # Safety
+/// `src` holds 32 readable values and each `phases[p]` eight writable ones.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn split_32(src: *const f32, phases: [*mut f32; 4]) {
+    // SAFETY: the caller's contract.
+    let t: [__m256; 4] = std::array::from_fn(|q| unsafe { _mm256_loadu_ps(src.add(8 * q)) });
+    // Groups of four (one per lane of the result) 0 | 4, 1 | 5, 2 | 6 and 3 | 7 ...
+    let e = _mm256_permute2f128_ps::<0x20>(t[0], t[2]);
+    let f = _mm256_permute2f128_ps::<0x31>(t[0], t[2]);
+    let g = _mm256_permute2f128_ps::<0x20>(t[1], t[3]);
+    let h = _mm256_permute2f128_ps::<0x31>(t[1], t[3]);
+    // ... then a 4 x 4 transpose in each half.
+    let (a, b) = (_mm256_unpacklo_ps(e, f), _mm256_unpackhi_ps(e, f));
+    let (c, d) = (_mm256_unpacklo_ps(g, h), _mm256_unpackhi_ps(g, h));
+    let out = [
+        _mm256_shuffle_ps::<0x44>(a, c),
+        _mm256_shuffle_ps::<0xEE>(a, c),
+        _mm256_shuffle_ps::<0x44>(b, d),
+        _mm256_shuffle_ps::<0xEE>(b, d),
+    ];
+    for (p, v) in out.into_iter().enumerate() {
+        // SAFETY: the caller's contract.
+        unsafe { _mm256_storeu_ps(phases[p], v) };
+    }
+}

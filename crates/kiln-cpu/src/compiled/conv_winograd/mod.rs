@@ -78,11 +78,18 @@ struct Layout {
     tw: usize,
     /// Tiles rounded up to whole vectors: the GEMMs' columns.
     tp: usize,
+    /// Tiles per chunk (a multiple of 16 or all of `tp`): the chunk's `V` and `M` stay in L2
+    /// while its three steps run.
+    chunk: usize,
     /// Padded input rows; slots per phase; values per split row.
     hp: usize,
     wq: usize,
     row: usize,
 }
+
+/// Bytes of a chunk's `V` and `M` (see [`Layout::chunk`]), within a core's L2 beside the
+/// weights in use.
+const CHUNK_BYTES: usize = 320 << 10;
 
 /// Values of slack before and after the split input: a vector that serves only some of its
 /// lanes (a tile row's end) reads up to 8 values past either end; those lanes are discarded.
@@ -91,11 +98,13 @@ const SLACK: usize = 16;
 impl Layout {
     fn new(g: &Geom) -> Layout {
         let (th, tw) = (g.oh.div_ceil(M), g.ow.div_ceil(M));
-        let wq = tw + 1;
+        let (wq, tp) = (tw + 1, (th * tw).next_multiple_of(LANES));
+        let fit = (CHUNK_BYTES / 4 / (XI * (g.cg + g.o))) / gemm::PANEL * gemm::PANEL;
         Layout {
             th,
             tw,
-            tp: (th * tw).next_multiple_of(LANES),
+            tp,
+            chunk: fit.max(gemm::PANEL).min(tp),
             hp: M * th + N - M,
             wq,
             row: M * wq,
@@ -107,14 +116,15 @@ impl Layout {
         self.hp * self.row
     }
 
-    /// Values of one transformed input `V[ξ]`: `[C, tp]` in GEMM panels of 16 columns.
-    fn v(&self, g: &Geom) -> usize {
-        self.tp.div_ceil(gemm::PANEL) * gemm::PANEL * g.cg
+    /// Values of one chunk's `V` (36 x `[C, chunk]` in GEMM panels of 16 columns) and `M`
+    /// (36 x `[O, chunk]`).
+    fn chunk_work(&self, g: &Geom) -> usize {
+        XI * (self.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * g.cg + g.o * self.chunk)
     }
 
-    /// f32 elements of scratch: the split input with its slack, `V` and `M`.
+    /// f32 elements of scratch: the split input with its slack, and every chunk's work.
     fn scratch(&self, g: &Geom) -> usize {
-        2 * SLACK + g.cg * self.plane() + XI * (self.v(g) + g.o * self.tp)
+        2 * SLACK + g.cg * self.plane() + self.tp.div_ceil(self.chunk) * self.chunk_work(g)
     }
 
     /// Where element `(r, s)` of a tile's input lies from the tile's first.
@@ -236,43 +246,138 @@ pub(crate) unsafe fn run(
     scratch: &mut [f32],
 ) -> Result<()> {
     let l = Layout::new(g);
-    let (c, o, tp) = (g.cg, g.o, l.tp);
-    let (split, rest) = scratch.split_at_mut(2 * SLACK + c * l.plane());
-    let (v, rest) = rest.split_at_mut(XI * l.v(g));
-    let m = &mut rest[..XI * o * tp];
+    let (c, o) = (g.cg, g.o);
+    let (split, work) = scratch.split_at_mut(2 * SLACK + c * l.plane());
     let (segs, groups) = l.segments();
     let off = l.offsets();
+    let chunks = l.tp.div_ceil(l.chunk);
+    let (sp, wp, out) = (split.as_ptr() as usize, work.as_mut_ptr() as usize, pout as usize);
+    // Chunk `i` of image `img`: its vectors of tiles and its share of the scratch.
+    let chunk = |img: usize, i: usize| {
+        let t0 = i * l.chunk;
+        Chunk {
+            l: &l,
+            g,
+            w,
+            bias,
+            segs: &segs,
+            groups: &groups[t0 / LANES..(t0 + l.chunk).min(l.tp) / LANES],
+            off: &off,
+            split: sp as *const f32,
+            work: (wp as *mut f32).wrapping_add(i * l.chunk_work(g)),
+            out: (out as *mut f32).wrapping_add(img * o * g.p()),
+        }
+    };
     for img in 0..g.n {
         split_image(g, &l, x, px, img, &mut split[SLACK..SLACK + c * l.plane()]);
-        let (sp, vp) = (split.as_ptr() as usize, v.as_mut_ptr() as usize);
-        (0..c).into_par_iter().with_min_len(4).for_each(|ch| {
-            let plane = (sp as *const f32).wrapping_add(SLACK + ch * l.plane());
-            for (gi, group) in groups.iter().enumerate() {
-                let t0 = gi * LANES;
-                // V[ξ] in panels: tile t of channel ch at panel t / 16, row ch, column t % 16.
-                let at = (t0 / gemm::PANEL * c + ch) * gemm::PANEL + t0 % gemm::PANEL;
-                // SAFETY: the segments' vectors lie inside the split input and its slack;
-                // V[ξ] holds tile t0's eight columns of row ch for every ξ; the CPU has AVX2.
-                unsafe { avx2::input_tiles(plane, &segs[group.clone()], &off, (vp as *mut f32).add(at), l.v(g)) };
+        if chunks >= 2 * rayon::current_num_threads() {
+            // SAFETY (both): chunks write disjoint parts of the scratch and of the output.
+            (0..chunks).into_par_iter().with_max_len(1).for_each(|i| {
+                let ch = chunk(img, i);
+                unsafe { ch.input(0..c) };
+                unsafe { ch.multiply(0..XI) };
+                unsafe { ch.output(0..o) };
+            });
+        } else {
+            for i in 0..chunks {
+                let ch = chunk(img, i);
+                // SAFETY (all three): tasks write disjoint parts of the chunk's scratch and
+                // of the output.
+                (0..c).into_par_iter().with_min_len(4).for_each(|k| unsafe { ch.input(k..k + 1) });
+                (0..XI).into_par_iter().with_max_len(1).for_each(|xi| unsafe { ch.multiply(xi..xi + 1) });
+                (0..o).into_par_iter().with_min_len(4).for_each(|k| unsafe { ch.output(k..k + 1) });
             }
-        });
-        let mp = m.as_mut_ptr() as usize;
-        (0..XI).into_par_iter().with_max_len(1).for_each(|xi| {
-            // SAFETY: V[ξ] holds tp columns of C rows in panels, M[ξ] is [O, tp], both inside
-            // the scratch; U[ξ] is [O, C].
+        }
+        epi.rows(img * o, (img + 1) * o)?;
+    }
+    Ok(())
+}
+
+/// One chunk of an image's tiles, whose three steps run one after the other.
+struct Chunk<'a> {
+    l: &'a Layout,
+    g: &'a Geom,
+    w: &'a WinogradWeights,
+    bias: Option<&'a [f32]>,
+    segs: &'a [Segment],
+    /// The chunk's vectors of tiles (ranges of `segs`).
+    groups: &'a [std::ops::Range<usize>],
+    off: &'a [[isize; N]; N],
+    /// The split input, its slack first.
+    split: *const f32,
+    /// The chunk's `V` then `M` ([`Layout::chunk_work`]).
+    work: *mut f32,
+    /// The image's output.
+    out: *mut f32,
+}
+
+// SAFETY: the pointers are only dereferenced by the steps, whose callers give each task its
+// own channels, products or output channels.
+unsafe impl Sync for Chunk<'_> {}
+
+impl Chunk<'_> {
+    /// Tiles (columns of `V` and `M`).
+    fn cols(&self) -> usize {
+        self.groups.len() * LANES
+    }
+
+    /// Values of one `V[ξ]`: `[C, cols]` in panels of 16 columns.
+    fn v_len(&self) -> usize {
+        self.l.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * self.g.cg
+    }
+
+    fn m(&self) -> *mut f32 {
+        self.work.wrapping_add(XI * self.v_len())
+    }
+
+    /// Transforms the input tiles of channels `chans` into `V`.
+    ///
+    /// # Safety
+    /// No other task writes these channels of `V`; the CPU has AVX2.
+    unsafe fn input(&self, chans: std::ops::Range<usize>) {
+        let (l, c) = (self.l, self.g.cg);
+        for ch in chans {
+            let plane = self.split.wrapping_add(SLACK + ch * l.plane());
+            for (gi, group) in self.groups.iter().enumerate() {
+                let t = gi * LANES;
+                // V[ξ] in panels: tile t at panel t / 16, row ch, column t % 16.
+                let at = (t / gemm::PANEL * c + ch) * gemm::PANEL + t % gemm::PANEL;
+                // SAFETY: the segments' vectors lie inside the split input and its slack;
+                // V[ξ] holds tile t's eight columns of row ch for every ξ.
+                unsafe { avx2::input_tiles(plane, &self.segs[group.clone()], self.off, self.work.add(at), self.v_len()) };
+            }
+        }
+    }
+
+    /// The products `M[ξ] = U[ξ] @ V[ξ]` for `xis`.
+    ///
+    /// # Safety
+    /// `V` is complete; no other task writes these `M[ξ]`.
+    unsafe fn multiply(&self, xis: std::ops::Range<usize>) {
+        let (o, cols) = (self.g.o, self.cols());
+        for xi in xis {
+            // SAFETY: V[ξ] holds `cols` columns of C rows in panels, M[ξ] is [O, cols], both
+            // inside the chunk's scratch; U[ξ] is [O, C].
             unsafe {
-                gemm::gemm_a_panels(&w.u[xi], tp, (vp as *const f32).add(xi * l.v(g)), (mp as *mut f32).add(xi * o * tp), tp)
+                gemm::gemm_a_panels(&self.w.u[xi], cols, self.work.add(xi * self.v_len()), self.m().add(xi * o * cols), cols)
             };
-        });
-        let out = pout as usize;
-        (0..o).into_par_iter().with_min_len(4).for_each(|k| {
-            let b = bias.map_or(0.0, |b| b[k]);
-            let mut rows = [[0.0f32; 32]; M];
-            let dst = (out as *mut f32).wrapping_add((img * o + k) * g.p());
-            for (gi, group) in groups.iter().enumerate() {
-                // SAFETY: M[ξ][k][t0..t0+8] is inside `m` for every ξ.
-                unsafe { avx2::output_tiles((mp as *const f32).add(k * tp + gi * LANES), o * tp, b, &mut rows) };
-                for seg in &segs[group.clone()] {
+        }
+    }
+
+    /// Transforms output channels `ks` of `M` back into the output, with their bias.
+    ///
+    /// # Safety
+    /// `M` is complete; no other task writes these output channels of the chunk's tiles.
+    unsafe fn output(&self, ks: std::ops::Range<usize>) {
+        let (g, cols) = (self.g, self.cols());
+        let mut rows = [[0.0f32; 32]; M];
+        for k in ks {
+            let b = self.bias.map_or(0.0, |b| b[k]);
+            let dst = self.out.wrapping_add(k * g.p());
+            for (gi, group) in self.groups.iter().enumerate() {
+                // SAFETY: M[ξ][k][gi*8..gi*8+8] is inside the chunk's M for every ξ.
+                unsafe { avx2::output_tiles(self.m().add(k * cols + gi * LANES), g.o * cols, b, &mut rows) };
+                for seg in &self.segs[group.clone()] {
                     let (y0, x0) = (M * seg.ty, M * seg.tx);
                     let len = (M * seg.lanes.len()).min(g.ow - x0);
                     for (i, row) in rows.iter().enumerate().take(g.oh - y0) {
@@ -282,10 +387,8 @@ pub(crate) unsafe fn run(
                     }
                 }
             }
-        });
-        epi.rows(img * o, (img + 1) * o)?;
+        }
     }
-    Ok(())
 }
 
 /// Copies image `img` into `dst` as `[C][hp][4][wq]` (see [`Layout`]): padded, each row split
@@ -301,10 +404,29 @@ fn split_image(g: &Geom, l: &Layout, x: &BufView, px: *const f32, img: usize, ds
             }
             let at = x.offset + img * x.strides[0] + c * x.strides[1] + (y - pt) * x.strides[2];
             let src = (px as *const f32).wrapping_add(at);
-            for i in 0..g.w {
-                let col = i + pl;
-                // SAFETY: c < C, y - pt < H and i < W: inside the checked view.
-                row[(col % M) * l.wq + col / M] = unsafe { *src.add(i * x.strides[3]) };
+            let mut i = 0;
+            if x.strides[3] == 1 {
+                // Blocks of 32 from the first column of phase 0.
+                let head = ((M - pl % M) % M).min(g.w);
+                for j in 0..head {
+                    let col = j + pl;
+                    // SAFETY: as below, for the columns before the first block.
+                    row[(col % M) * l.wq + col / M] = unsafe { *src.add(j) };
+                }
+                i = head;
+                while i + 32 <= g.w {
+                    let slot = (i + pl) / M;
+                    let phases: [*mut f32; M] = std::array::from_fn(|p| row[p * l.wq + slot..][..8].as_mut_ptr());
+                    // SAFETY: columns i..i+32 of the row are inside the checked view; each
+                    // phase has 8 slots from `slot` (checked by the slices); the CPU has AVX2.
+                    unsafe { avx2::split_32(src.add(i), phases) };
+                    i += 32;
+                }
+            }
+            for j in i..g.w {
+                let col = j + pl;
+                // SAFETY: c < C, y - pt < H and j < W: inside the checked view.
+                row[(col % M) * l.wq + col / M] = unsafe { *src.add(j * x.strides[3]) };
             }
         }
     });
