@@ -210,7 +210,7 @@ fn packed_a_threads_split_panels_and_tiles_and_b_may_be_strided() {
     two.install(|| {
         check_a(64, 3136, 256, 256, (3136, 1), 3136); // many panels: split by panels
         check_a(512, 12, 300, 300, (12, 1), 12); // one panel: split by row tiles
-        check_a(70, 49, 2048, 2048, (49, 1), 49); // resnet50's last stage
+        check_a(70, 49, 2048, 2048, (49, 1), 49); // resnet50's last stage: fewer columns than rows, by tiles
         check_a(9, 40, 70, 70, (1, 70), 40); // b transposed
     });
 }

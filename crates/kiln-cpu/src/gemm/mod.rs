@@ -238,8 +238,9 @@ impl PackedA {
 /// `c[m, n] = a @ b` for a packed `a` and a `[k, n]` right-hand side whose element `(i, j)` is
 /// at `b + i * rs + j * cs` (packed here, 16 columns by 256 rows at a time, by the thread
 /// that uses it); `c` row-major with row stride `ldc`. Split over the rayon pool by column
-/// panels (each thread packs only its own columns), or by row tiles when the panels are
-/// fewer than the threads. Panics when the CPU is not [`supported`].
+/// panels (each thread packs only its own columns) when `b` has at least as many columns as
+/// `a` has rows, else by row tiles (each thread reads only its rows of `a`), unless there are
+/// fewer of those than threads. Panics when the CPU is not [`supported`].
 ///
 /// # Safety
 /// Every element of `b` the strides reach for `i < k`, `j < n` is inside a live allocation;
@@ -293,7 +294,11 @@ unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, 
         job.run(0..tiles, 0..panels);
         return;
     }
-    let by_panels = panels >= threads;
+    // Split by panels, each thread reading all of `a` and packing its own columns of `b`, or by
+    // row tiles, each reading its share of `a` and packing all of `b`: whichever operand is
+    // smaller is the one every thread reads. (A 7x7 image's 49 columns against 512 rows of
+    // weights: by panels, both threads streamed all 9.4 MB of a 3x3 conv's weights.)
+    let by_panels = panels >= threads && (n >= m || tiles < threads);
     let (len, step) = if by_panels {
         (panels, panels.div_ceil(threads))
     } else {
