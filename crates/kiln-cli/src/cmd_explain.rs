@@ -1,6 +1,8 @@
 //! `kiln explain MODEL`: what the compiler does to a model — the optimised graph, each pass,
 //! the fusion groups and why ops were or were not fused, kernels per run, planned peak memory,
-//! compile time by stage — and a check of the compiled outputs against the interpreter. With
+//! compile time by stage, on the CPU the algorithm of each extern with packed constants
+//! (Winograd, conv tiles, kiln's GEMM) — and a check of the compiled outputs against the
+//! interpreter. With
 //! `--device cuda` it also shows where each step runs on a GPU (kernel and launch, cuBLAS,
 //! cuDNN or the host) and, with `--code`, the CUDA C; that needs no GPU.
 
@@ -31,6 +33,7 @@ pub fn explain(args: &ExplainArgs) -> CliResult<()> {
     let compiled = compile_setup::compile(&m, mode, kiln::Device::Cpu)?;
     let report = compiled.report();
     print!("{report}");
+    print_algorithms(&compiled.packed_algorithms());
     if args.code {
         match &report.source {
             Some(src) => println!("\n== generated C ==\n{src}"),
@@ -38,6 +41,22 @@ pub fn explain(args: &ExplainArgs) -> CliResult<()> {
         }
     }
     check_outputs(&compiled, &m, 1e-3)
+}
+
+/// The CPU externs' algorithms, one line each with the steps that use it.
+fn print_algorithms(steps: &[(usize, &'static str)]) {
+    if steps.is_empty() {
+        return;
+    }
+    println!("\n== extern algorithms (others: the gemm crate) ==");
+    let mut names: Vec<&str> = steps.iter().map(|s| s.1).collect();
+    names.dedup();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let ids: Vec<String> = steps.iter().filter(|s| s.1 == name).map(|s| s.0.to_string()).collect();
+        println!("  {name:<20} {:>3} steps: {}", ids.len(), ids.join(" "));
+    }
 }
 
 /// `--device cuda`: the scheduled program, where each step runs on a GPU and (with `code`)

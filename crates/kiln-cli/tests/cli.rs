@@ -334,3 +334,25 @@ fn kiln_logs_output_code_prints_the_cuda_c_of_a_gpu_build() {
     assert!(o.status.success(), "{err}");
     assert!(err.contains("generated CUDA C (") && err.contains("__global__"), "{err}");
 }
+
+/// `kiln explain` on the CPU lists how the externs run: resnet18's ten 3x3 stride-1 convs on
+/// 56x56, 28x28 and 14x14 outputs by Winograd where kiln's GEMM runs (its three 7x7-output
+/// ones and the strided ones not), and its stem on the conv tiles.
+#[test]
+fn explain_cpu_lists_extern_algorithms() {
+    let o = kiln(&["explain", "resnet18", "--device", "cpu"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.contains("== extern algorithms"), "{out}");
+    let steps = |name: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(name.split(' ').count()))
+            .map(|n| n.parse::<usize>().unwrap())
+    };
+    let winograd = kiln_cpu::gemm::available() && std::env::var_os("KILN_DISABLE_WINOGRAD").is_none();
+    assert_eq!(steps("conv winograd"), winograd.then_some(10), "{out}");
+    if winograd && std::env::var_os("KILN_DISABLE_CONV_TILES").is_none() {
+        assert_eq!(steps("conv tiles"), Some(1), "{out}");
+    }
+}

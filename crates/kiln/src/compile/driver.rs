@@ -93,6 +93,19 @@ impl Compiled {
         }
     }
 
+    /// How each CPU extern step with a constant packed for it runs, as (step, algorithm):
+    /// "conv winograd", "conv tiles", "conv packed gemm", "matmul packed gemm" (see
+    /// [`Executable::packed_algorithms`]); the other externs use the `gemm` crate. Empty on
+    /// the GPU and in eager mode.
+    pub fn packed_algorithms(&self) -> Vec<(usize, &'static str)> {
+        match &self.runner {
+            Runner::Program(exe) => {
+                exe.packed_algorithms().into_iter().enumerate().filter_map(|(i, a)| Some((i, a?))).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// Device memory a run uses beyond its weights and inputs (arena, library workspaces);
     /// `None` off the GPU.
     pub fn device_working_bytes(&self) -> Option<usize> {
