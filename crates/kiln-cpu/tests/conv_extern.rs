@@ -141,17 +141,16 @@ fn check(c: &Case) -> Option<&'static str> {
             ..ScheduleOptions::default()
         };
         let (prog, rep) = schedule(&g, &opts).unwrap();
-        let conv = prog.steps.iter().find_map(|s| match &s.kind {
+        let conv = prog.steps.iter().enumerate().find_map(|(i, s)| match &s.kind {
             StepKind::Extern {
                 op: ExternOp::Conv2d(_),
                 inputs,
                 epilogue,
                 ..
-            } => Some((inputs, epilogue.is_some())),
+            } => Some((i, inputs, epilogue.is_some())),
             _ => None,
         });
-        let conv_step = prog.steps.iter().position(|s| matches!(&s.kind, StepKind::Extern { op: ExternOp::Conv2d(_), .. }));
-        let Some((conv_inputs, has_epilogue)) = conv else {
+        let Some((conv_step, conv_inputs, has_epilogue)) = conv else {
             panic!("no conv extern for {:?}\n{rep}", c.x);
         };
         if fuse {
@@ -173,7 +172,7 @@ fn check(c: &Case) -> Option<&'static str> {
             c.view
         );
         let exe = Executable::new(prog.clone(), Arc::new(InterpKernels)).unwrap();
-        algorithm = conv_step.and_then(|i| exe.packed_algorithms()[i]);
+        algorithm = exe.packed_algorithms()[conv_step];
         let got = exe.run(&inputs).unwrap_or_else(|e| panic!("{e}\n{rep}"));
         let (w, o) = (want[0].to_f64_vec(), got[0].to_f64_vec());
         assert_eq!(want[0].shape(), got[0].shape());

@@ -20,6 +20,7 @@ use super::steps::Epi;
 use kiln_ir::{Conv2dAttrs, Error, Result};
 use kiln_sched::{BufId, BufView};
 use rayon::prelude::*;
+use std::sync::OnceLock;
 
 /// Sizes of one convolution, checked against each other.
 pub(super) struct Geom {
@@ -144,57 +145,21 @@ pub(crate) use conv_winograd::WinogradWeights;
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) enum WinogradWeights {}
 
-/// Whether this conv runs by Winograd's F(4x4, 3x3) (see [`conv_winograd`]): a fitting
-/// geometry on a CPU where kiln's GEMM runs, and constant weights, transformed once.
-pub(crate) fn runs_winograd(
-    a: &Conv2dAttrs,
-    inputs: &[BufView],
-    out: &[usize],
-    weights_const: bool,
-) -> bool {
+/// The cell of constants this conv packs once, which also says how it runs, if any: with
+/// constant weights (`weights_const`), by Winograd's F(4x4, 3x3) where it fits (see
+/// [`conv_winograd`]), else on the conv tiles where they fit (see [`conv_tiles`]), else on
+/// kiln's GEMM with the weights as its packed left-hand side ([`gemm::gemm_a`]) for one group
+/// of more than one input channel where kiln's GEMM is [`gemm::available`]: the `gemm` crate
+/// packs both operands on every call, the weights included. Other convs pack nothing.
+pub(crate) fn prepacked(a: &Conv2dAttrs, inputs: &[BufView], out: &[usize], weights_const: bool) -> Option<Prepacked> {
+    let g = Geom::new(a, inputs, out).ok().filter(|_| weights_const)?;
     #[cfg(target_arch = "x86_64")]
-    {
-        weights_const && Geom::new(a, inputs, out).is_ok_and(|g| conv_winograd::eligible(&g))
+    if conv_winograd::eligible(&g) {
+        return Some(Prepacked::ConvWinograd(OnceLock::new()));
+    } else if conv_tiles::eligible(&g) {
+        return Some(Prepacked::ConvTiles(OnceLock::new()));
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (a, inputs, out, weights_const);
-        false
-    }
-}
-
-/// Whether this conv runs on the conv tiles (see [`conv_tiles`]): a fitting geometry on a
-/// CPU that has them, and constant weights (`weights_const`), which are packed once.
-pub(crate) fn runs_direct(
-    a: &Conv2dAttrs,
-    inputs: &[BufView],
-    out: &[usize],
-    weights_const: bool,
-) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        weights_const && Geom::new(a, inputs, out).is_ok_and(|g| conv_tiles::eligible(&g))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (a, inputs, out, weights_const);
-        false
-    }
-}
-
-/// Whether this conv, when it does not run on the conv tiles, runs on kiln's GEMM with its
-/// weights packed once as the left-hand side ([`gemm::gemm_a`]): constant weights, one group,
-/// more than one input channel, on a CPU where kiln's GEMM is [`gemm::available`]. The
-/// `gemm` crate packs both operands on every call, the weights included.
-pub(crate) fn runs_packed_gemm(
-    a: &Conv2dAttrs,
-    inputs: &[BufView],
-    out: &[usize],
-    weights_const: bool,
-) -> bool {
-    weights_const
-        && gemm::available()
-        && Geom::new(a, inputs, out).is_ok_and(|g| g.groups == 1 && g.cg > 1)
+    (gemm::available() && g.groups == 1 && g.cg > 1).then(|| Prepacked::ConvGemm(OnceLock::new()))
 }
 
 /// f32 elements of scratch this conv needs (`None` when it needs none), by how it runs (its
@@ -218,10 +183,9 @@ pub(crate) fn scratch_elems(
     (g.cg > 1 && direct_input(&g, &inputs[0]).is_none()).then(|| g.k() * g.p())
 }
 
-/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]): by Winograd when `packed` is
-/// its cell (see [`runs_winograd`]), on the conv tiles when `packed` is their cell (see [`runs_direct`]), else by im2col (unless pointwise) and GEMM:
-/// kiln's with the weights packed once when `packed` is that cell (see
-/// [`runs_packed_gemm`]), else the `gemm` crate's, `block_rows` output channels per GEMM call
+/// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]) as its `packed` cell says (see
+/// [`prepacked`]): by Winograd, on the conv tiles, else by im2col (unless pointwise) and GEMM:
+/// kiln's with the weights packed once, else the `gemm` crate's, `block_rows` output channels per GEMM call
 /// when given (the autotuner's choice), else the heuristic below.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(

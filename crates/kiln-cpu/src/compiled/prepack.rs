@@ -65,9 +65,8 @@ impl Prepacked {
     }
 }
 
-/// The cell step `kind` of `p` gets, if any: a conv by Winograd (see
-/// [`conv::runs_winograd`]), else one on the conv tiles, else a conv of
-/// constant weights on kiln's GEMM (see [`conv::runs_packed_gemm`]), or a matmul of a
+/// The cell step `kind` of `p` gets, if any: a conv's (see [`conv::prepacked`]: Winograd,
+/// the conv tiles or kiln's GEMM, for constant weights), or a matmul of a
 /// constant right-hand side that one packing serves (no batch dims of its own) by a
 /// left-hand side with unit column stride, on a CPU that runs kiln's GEMM.
 pub(crate) fn for_step(p: &Program, kind: &StepKind) -> Option<Prepacked> {
@@ -86,16 +85,7 @@ pub(crate) fn for_step(p: &Program, kind: &StepKind) -> Option<Prepacked> {
             .is_some_and(|v| matches!(p.buffer(v.buf).kind, BufKind::Const(_)))
     };
     match op {
-        ExternOp::Conv2d(a) => {
-            if conv::runs_winograd(a, inputs, out_shape, is_const(1)) {
-                Some(Prepacked::ConvWinograd(OnceLock::new()))
-            } else if conv::runs_direct(a, inputs, out_shape, is_const(1)) {
-                Some(Prepacked::ConvTiles(OnceLock::new()))
-            } else {
-                conv::runs_packed_gemm(a, inputs, out_shape, is_const(1))
-                    .then(|| Prepacked::ConvGemm(OnceLock::new()))
-            }
-        }
+        ExternOp::Conv2d(a) => conv::prepacked(a, inputs, out_shape, is_const(1)),
         ExternOp::MatMul => {
             let [a, b] = &inputs[..] else { return None };
             let fits = gemm::available() && is_const(1) && matmul::packs(a, b);
