@@ -363,6 +363,33 @@ fn tile_widths_channel_panels_and_remainders() {
     }
 }
 
+/// Convs on kiln's GEMM whose im2col matrix the GEMM gathers from the image block by block
+/// (`Im2colPanels`): stride 2 with asymmetric padding and more rows than one block of the
+/// GEMM packs (K = 576), more columns than one sweep of 8 panels with panels that end inside
+/// an output row, a last part panel, dilation, a strided 1x1 downsample, a batch, bias on and
+/// off, epilogues and non-dense inputs.
+#[test]
+fn im2col_gathered_by_the_gemm() {
+    for (x, o, k, stride, pad, dil) in [
+        ([1, 64, 23, 19], 13, 3, 2, [1, 0, 2, 1], 1),
+        ([1, 16, 40, 40], 8, 3, 2, [1, 1, 1, 1], 1),
+        ([2, 8, 7, 7], 16, 3, 1, [2, 2, 2, 2], 2),
+        ([1, 32, 14, 14], 20, 1, 2, [0; 4], 1),
+        ([1, 6, 9, 30], 7, 5, 3, [2, 1, 0, 2], 1),
+    ] {
+        for (after, bias, view) in [
+            (After::Nothing, true, View::Dense),
+            (After::Relu, false, View::ChannelsInside),
+            (After::AddRelu, true, View::EveryOtherColumn),
+        ] {
+            let alg = check(&Case { after, bias, view, ..case(x, o, k, attrs(stride, pad, dil, 1)) });
+            if kiln_cpu::gemm::available() {
+                assert_eq!(alg, Some("conv packed gemm"), "{x:?} -> {o}, {k}x{k} stride {stride}");
+            }
+        }
+    }
+}
+
 /// Whether this process runs 3x3 stride-1 convs by Winograd where they fit (where kiln's
 /// GEMM runs, unless `KILN_DISABLE_WINOGRAD` is set).
 fn winograd_here() -> bool {

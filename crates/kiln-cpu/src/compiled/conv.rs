@@ -1,17 +1,19 @@
 //! The Conv2d extern (f32, NCHW) writing straight into its output buffer: a 1x1 stride-1
 //! unpadded conv is one GEMM `[Og, Cg] @ [Cg, H*W]` per (image, group) on the input as it
-//! lies; other convs build the im2col matrix of each (image, group) in the executable's
-//! scratch first; convs with one input channel per group (depthwise) run a direct loop.
+//! lies; other convs multiply by the im2col matrix of each (image, group); convs with one
+//! input channel per group (depthwise) run a direct loop.
 //! 3x3 stride-1 convs with constant weights run by Winograd's F(4x4, 3x3) when they fit
 //! (`conv_winograd`), other KxK convs with constant weights on the conv tiles (`conv_tiles`); other
 //! one-group convs with constant weights run on kiln's GEMM with the weights packed once
 //! (`gemm::gemm_a`, where kiln's GEMM runs), a whole image per call, then its bias and
-//! epilogue. On the `gemm` crate, output channels are done in blocks of rows; each block
-//! gets its bias and then the epilogue while it is still in cache.
+//! epilogue; that GEMM gathers the im2col matrix straight from the image, block by block
+//! (`Im2colPanels`). On the `gemm` crate, the im2col matrix is built whole in the executable's
+//! scratch, and output channels are done in blocks of rows; each block gets its bias and then
+//! the epilogue while it is still in cache.
 
 #[cfg(target_arch = "x86_64")]
 use super::{conv_tiles, conv_winograd};
-use super::conv_direct::{DwOperands, depthwise, im2col};
+use super::conv_direct::{DwOperands, Im2colPanels, depthwise, im2col};
 use super::matmul::sgemm;
 use super::prepack::Prepacked;
 use crate::gemm;
@@ -178,6 +180,10 @@ pub(crate) fn scratch_elems(
         Some(Prepacked::ConvWinograd(_)) => return Some(conv_winograd::scratch_elems(&g)),
         _ => {}
     }
+    // kiln's GEMM gathers the im2col matrix block by block itself.
+    if matches!(packed, Some(Prepacked::ConvGemm(_))) {
+        return None;
+    }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = packed;
     (g.cg > 1 && direct_input(&g, &inputs[0]).is_none()).then(|| g.k() * g.p())
@@ -249,17 +255,16 @@ pub(crate) fn run(
         let wa = cell.get_or_init(|| unsafe { gemm::PackedA::pack(g.o, g.k(), pw, w_rs as isize, w_cs as isize) });
         for img in 0..g.n {
             let x_off = x.offset + img * x.strides[0];
-            let (rhs, rhs_rs, rhs_cs) = match direct_input(&g, x) {
-                Some(cs) => (px.wrapping_add(x_off), x.strides[1], cs),
-                None => {
-                    im2col(&g, x, px, x_off, &mut scratch[..g.k() * p]);
-                    (scratch.as_ptr(), p, 1)
+            let out = pout.wrapping_add(img * g.o * p);
+            // SAFETY: the input view was checked inside its buffer and holds the [K, P]
+            // right-hand side (as it lies, or as the im2col of image img); image img's O rows
+            // of P are inside the output, which overlaps no input.
+            unsafe {
+                match direct_input(&g, x) {
+                    Some(cs) => gemm::gemm_a(wa, p, px.add(x_off), x.strides[1] as isize, cs as isize, out, p),
+                    None => gemm::gemm_a_packing(wa, p, &Im2colPanels::new(&g, x, px, x_off), out, p),
                 }
             };
-            // SAFETY: the input (or the im2col matrix in the scratch, K*P elements) holds the
-            // [K, P] right-hand side; image img's O rows of P are inside the output, which
-            // overlaps no input.
-            unsafe { gemm::gemm_a(wa, p, rhs, rhs_rs as isize, rhs_cs as isize, pout.add(img * g.o * p), p) };
             if let Some(b) = bias {
                 // SAFETY: as above.
                 add_bias(unsafe { std::slice::from_raw_parts_mut(pout.add(img * g.o * p), g.o * p) }, b, p);

@@ -4,8 +4,10 @@
 //! multiply-adds over slices with no per-element bounds test.
 
 use super::conv::Geom;
+use crate::gemm::{self, PANEL, gather_row};
 use kiln_sched::BufView;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// f32 elements below which a rayon task is not worth its scheduling.
 const MIN_TASK: usize = 1 << 14;
@@ -81,6 +83,80 @@ fn im2col_row(g: &Geom, x: &BufView, px: *const f32, x_off: usize, r: usize, row
         // SAFETY: c < Cg, iy < H and the span keeps every input column < W: inside the
         // checked input view.
         unsafe { gather(&mut dst[xlo..xhi], px.add(ch + iy * sy), sw * sx) };
+    }
+}
+
+/// The im2col matrix of one (image, group), as [`im2col`] would fill it, for kiln's GEMM to
+/// pack block by block straight from the image ([`gemm::PackPanels`]): the matrix itself is
+/// never written, so a conv that is not pointwise costs no more memory traffic than its input
+/// and output (written whole, a stride-2 3x3 conv's matrix is 2.25x its input, and it was then
+/// read back to be copied into panels).
+pub(super) struct Im2colPanels<'a> {
+    g: &'a Geom,
+    /// Strides of the input view (channel, row, column).
+    strides: [usize; 3],
+    /// The address of the (image, group)'s first channel, as usize (shared by rayon tasks).
+    first: usize,
+}
+
+impl<'a> Im2colPanels<'a> {
+    /// The matrix of the (image, group) whose first channel starts at element `x_off` of `x`
+    /// (whose buffer starts at `px`).
+    ///
+    /// # Safety
+    /// `x` was checked inside its buffer, and `x_off` is the offset of a channel group of one
+    /// of its images.
+    pub(super) unsafe fn new(g: &'a Geom, x: &BufView, px: *const f32, x_off: usize) -> Self {
+        let strides = [x.strides[1], x.strides[2], x.strides[3]];
+        Im2colPanels { g, strides, first: px.wrapping_add(x_off) as usize }
+    }
+}
+
+impl gemm::PackPanels for Im2colPanels<'_> {
+    fn pack(&self, rows: Range<usize>, cols: Range<usize>, out: &mut [f32]) {
+        let g = self.g;
+        let ([sh, sw], [dh, dw]) = (g.a.stride, g.a.dilation);
+        let (pt, pl) = (g.a.padding[0], g.a.padding[1]);
+        let [sc, sy, sx] = self.strides;
+        let (ow, depth, r0) = (g.ow, rows.len(), rows.start);
+        for r in rows {
+            let rr = r - r0;
+            let (c, i, j) = (r / (g.kh * g.kw), (r / g.kw) % g.kh, r % g.kw);
+            let (ylo, yhi) = span(g.oh, sh, i * dh, pt, g.h);
+            let (xlo, xhi) = span(ow, sw, j * dw, pl, g.w);
+            // Columns d..d+len of row rr from `src` (`sw * sx` apart), else zeros, in runs
+            // cut where panels end.
+            let mut fill = |d: usize, len: usize, src: Option<*const f32>| {
+                let mut at = d;
+                while at < d + len {
+                    let n = (PANEL - at % PANEL).min(d + len - at);
+                    let start = (at / PANEL * depth + rr) * PANEL + at % PANEL;
+                    let dst = &mut out[start..start + n];
+                    match src {
+                        // SAFETY: `src` (see below) reaches `len` columns inside the image.
+                        Some(s) => unsafe { gather_row(dst, s.add((at - d) * sw * sx), (sw * sx) as isize) },
+                        None => dst.fill(0.0),
+                    }
+                    at += n;
+                }
+            };
+            let mut pix = cols.start;
+            while pix < cols.end {
+                let (oy, ox0) = (pix / ow, pix % ow);
+                let ox1 = ow.min(ox0 + cols.end - pix);
+                let d = pix - cols.start;
+                let (a, b) = if (ylo..yhi).contains(&oy) { (xlo.clamp(ox0, ox1), xhi.clamp(ox0, ox1)) } else { (ox1, ox1) };
+                fill(d, a - ox0, None);
+                if a < b {
+                    let (iy, ix) = (oy * sh + i * dh - pt, a * sw + j * dw - pl);
+                    let src = (self.first as *const f32).wrapping_add(c * sc + iy * sy + ix * sx);
+                    // (The span keeps iy < H and every column a..b inside 0..W.)
+                    fill(d + a - ox0, b - a, Some(src));
+                }
+                fill(d + b - ox0, ox1 - b, None);
+                pix += ox1 - ox0;
+            }
+        }
     }
 }
 
