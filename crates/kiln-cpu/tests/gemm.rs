@@ -242,15 +242,18 @@ fn packed_a_zero_depth_writes_zeros_and_nan_propagates() {
     }
 }
 
-/// `gemm_a_panels`: `b` written straight into panels of 16 columns (`k` rows of 16 each,
-/// the last panel's columns past `n` holding NaN, which must never reach `c`), against the
-/// f64 reference.
+/// `gemm_a_panels` (on the pool) and `gemm_a_panels_here` (on this thread): `b` written
+/// straight into panels of 16 columns (`k` rows of 16 each, the last panel's columns past `n`
+/// holding NaN, which must never reach `c`), against the f64 reference; some deep enough to
+/// take more than one block of `b`'s rows, some big enough to split over threads by row
+/// tiles or by panels.
 #[test]
 fn packed_a_with_b_already_in_panels() {
     if !available() {
         return;
     }
-    for (m, n, k) in [(1, 1, 1), (7, 8, 3), (13, 24, 257), (64, 208, 64), (8, 16, 600), (20, 49, 9)] {
+    let cases = [(1, 1, 1), (7, 8, 3), (13, 24, 257), (64, 208, 64), (8, 16, 600), (20, 49, 9), (300, 49, 1000), (40, 300, 200)];
+    for ((m, n, k), here) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
         let a = values(m * k, (m + k) as u64);
         let b = values(k * n, (n * 7 + k) as u64);
         let panels = n.div_ceil(gemm::PANEL);
@@ -263,7 +266,8 @@ fn packed_a_with_b_already_in_panels() {
         // SAFETY: dense operands of the stated sizes; c holds m rows of n + 3.
         let packed = unsafe { gemm::PackedA::pack(m, k, a.as_ptr(), k as isize, 1) };
         let mut c = vec![SENTINEL; m * (n + 3)];
-        unsafe { gemm::gemm_a_panels(&packed, n, bp.as_ptr(), c.as_mut_ptr(), n + 3) };
+        let run = if here { gemm::gemm_a_panels_here } else { gemm::gemm_a_panels };
+        unsafe { run(&packed, n, bp.as_ptr(), c.as_mut_ptr(), n + 3) };
         assert_product(&c, n + 3, (m, n, k), |i, t| a[i * k + t], |t, j| b[t * n + j]);
     }
 }

@@ -1,19 +1,18 @@
 //! The Conv2d extern (f32, NCHW) writing straight into its output buffer: a 1x1 stride-1
 //! unpadded conv is one GEMM `[Og, Cg] @ [Cg, H*W]` per (image, group) on the input as it
-//! lies; other convs multiply by the im2col matrix of each (image, group); convs with one
-//! input channel per group (depthwise) run a direct loop.
+//! lies; other convs build the im2col matrix of each (image, group) in the executable's
+//! scratch first; convs with one input channel per group (depthwise) run a direct loop.
 //! 3x3 stride-1 convs with constant weights run by Winograd's F(4x4, 3x3) when they fit
 //! (`conv_winograd`), other KxK convs with constant weights on the conv tiles (`conv_tiles`); other
 //! one-group convs with constant weights run on kiln's GEMM with the weights packed once
 //! (`gemm::gemm_a`, where kiln's GEMM runs), a whole image per call, then its bias and
-//! epilogue; that GEMM gathers the im2col matrix straight from the image, block by block
-//! (`Im2colPanels`). On the `gemm` crate, the im2col matrix is built whole in the executable's
-//! scratch, and output channels are done in blocks of rows; each block gets its bias and then
-//! the epilogue while it is still in cache.
+//! epilogue; their im2col matrix is built in the executable's scratch already in the GEMM's
+//! panels of 16 pixels (`im2col_panels`). On the `gemm` crate, output channels are done in
+//! blocks of rows; each block gets its bias and then the epilogue while it is still in cache.
 
 #[cfg(target_arch = "x86_64")]
 use super::{conv_tiles, conv_winograd};
-use super::conv_direct::{DwOperands, Im2colPanels, depthwise, im2col};
+use super::conv_direct::{DwOperands, depthwise, im2col, im2col_panels};
 use super::matmul::sgemm;
 use super::prepack::Prepacked;
 use crate::gemm;
@@ -180,9 +179,9 @@ pub(crate) fn scratch_elems(
         Some(Prepacked::ConvWinograd(_)) => return Some(conv_winograd::scratch_elems(&g)),
         _ => {}
     }
-    // kiln's GEMM gathers the im2col matrix block by block itself.
+    // kiln's GEMM reads the im2col matrix in panels of 16 pixels, the last one whole.
     if matches!(packed, Some(Prepacked::ConvGemm(_))) {
-        return None;
+        return direct_input(&g, &inputs[0]).is_none().then(|| g.k() * g.p().next_multiple_of(gemm::PANEL));
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = packed;
@@ -262,7 +261,10 @@ pub(crate) fn run(
             unsafe {
                 match direct_input(&g, x) {
                     Some(cs) => gemm::gemm_a(wa, p, px.add(x_off), x.strides[1] as isize, cs as isize, out, p),
-                    None => gemm::gemm_a_packing(wa, p, &Im2colPanels::new(&g, x, px, x_off), out, p),
+                    None => {
+                        im2col_panels(&g, x, px, x_off, scratch);
+                        gemm::gemm_a_panels(wa, p, scratch.as_ptr(), out, p)
+                    }
                 }
             };
             if let Some(b) = bias {

@@ -4,10 +4,9 @@
 //! multiply-adds over slices with no per-element bounds test.
 
 use super::conv::Geom;
-use crate::gemm::{self, PANEL, gather_row};
+use crate::gemm::PANEL;
 use kiln_sched::BufView;
 use rayon::prelude::*;
-use std::ops::Range;
 
 /// f32 elements below which a rayon task is not worth its scheduling.
 const MIN_TASK: usize = 1 << 14;
@@ -49,6 +48,47 @@ pub(super) fn im2col(g: &Geom, x: &BufView, px: *const f32, x_off: usize, col: &
         });
 }
 
+/// Fills `out` with the im2col matrix of one (image, group) (see [`im2col`]) laid out as
+/// kiln's GEMM reads a right-hand side in panels ([`crate::gemm::gemm_a_panels`]): panel `q`,
+/// pixels `16q..16q+16`, holds the matrix's K rows of 16 values; the last panel's lanes past
+/// the last pixel are left as they are. Filled a block of rows at a time (each tap of a
+/// channel reads that channel's plane in order), the block then copied panel by panel (a
+/// contiguous run of each), so the GEMM reads the matrix where it lies instead of copying it
+/// into panels once more. (Gathered
+/// into each block of panels as the GEMM went, the image's rows came from memory in an order
+/// the prefetcher did not foresee: a stride-2 3x3 conv ran slower on two threads.)
+pub(super) fn im2col_panels(g: &Geom, x: &BufView, px: *const f32, x_off: usize, out: &mut [f32]) {
+    let (p, k) = (g.p(), g.k());
+    if p == 0 || k == 0 {
+        return;
+    }
+    assert!(out.len() >= p.div_ceil(PANEL) * k * PANEL, "im2col_panels: the scratch is too small");
+    let rows_per_task = (MIN_TASK / p).max(1);
+    let (base, dst) = (px as usize, out.as_mut_ptr() as usize);
+    (0..k.div_ceil(rows_per_task)).into_par_iter().for_each(|t| {
+        let rows = t * rows_per_task..k.min((t + 1) * rows_per_task);
+        let mut block = vec![0.0f32; rows.len() * p];
+        for (row, r) in block.chunks_exact_mut(p).zip(rows.clone()) {
+            im2col_row(g, x, base as *const f32, x_off, r, row);
+        }
+        // Panel by panel, these rows' lines are one contiguous run of `out`.
+        for q in 0..p.div_ceil(PANEL) {
+            let (j0, w) = (q * PANEL, PANEL.min(p - q * PANEL));
+            // SAFETY: panel q's rows `rows` lie inside `out` (asserted above), and only this
+            // task writes them.
+            let run = unsafe {
+                std::slice::from_raw_parts_mut((dst as *mut f32).add((q * k + rows.start) * PANEL), rows.len() * PANEL)
+            };
+            for (line, row) in run.chunks_exact_mut(PANEL).zip(block.chunks_exact(p)) {
+                match w {
+                    PANEL => line.copy_from_slice(&row[j0..j0 + PANEL]),
+                    _ => line[..w].copy_from_slice(&row[j0..]),
+                }
+            }
+        }
+    });
+}
+
 /// Row `r = (c, i, j)` of the im2col matrix.
 fn im2col_row(g: &Geom, x: &BufView, px: *const f32, x_off: usize, r: usize, row: &mut [f32]) {
     let ([sh, sw], [dh, dw]) = (g.a.stride, g.a.dilation);
@@ -86,81 +126,7 @@ fn im2col_row(g: &Geom, x: &BufView, px: *const f32, x_off: usize, r: usize, row
     }
 }
 
-/// The im2col matrix of one (image, group), as [`im2col`] would fill it, for kiln's GEMM to
-/// pack block by block straight from the image ([`gemm::PackPanels`]): the matrix itself is
-/// never written, so a conv that is not pointwise costs no more memory traffic than its input
-/// and output (written whole, a stride-2 3x3 conv's matrix is 2.25x its input, and it was then
-/// read back to be copied into panels).
-pub(super) struct Im2colPanels<'a> {
-    g: &'a Geom,
-    /// Strides of the input view (channel, row, column).
-    strides: [usize; 3],
-    /// The address of the (image, group)'s first channel, as usize (shared by rayon tasks).
-    first: usize,
-}
-
-impl<'a> Im2colPanels<'a> {
-    /// The matrix of the (image, group) whose first channel starts at element `x_off` of `x`
-    /// (whose buffer starts at `px`).
-    ///
-    /// # Safety
-    /// `x` was checked inside its buffer, and `x_off` is the offset of a channel group of one
-    /// of its images.
-    pub(super) unsafe fn new(g: &'a Geom, x: &BufView, px: *const f32, x_off: usize) -> Self {
-        let strides = [x.strides[1], x.strides[2], x.strides[3]];
-        Im2colPanels { g, strides, first: px.wrapping_add(x_off) as usize }
-    }
-}
-
-impl gemm::PackPanels for Im2colPanels<'_> {
-    fn pack(&self, rows: Range<usize>, cols: Range<usize>, out: &mut [f32]) {
-        let g = self.g;
-        let ([sh, sw], [dh, dw]) = (g.a.stride, g.a.dilation);
-        let (pt, pl) = (g.a.padding[0], g.a.padding[1]);
-        let [sc, sy, sx] = self.strides;
-        let (ow, depth, r0) = (g.ow, rows.len(), rows.start);
-        for r in rows {
-            let rr = r - r0;
-            let (c, i, j) = (r / (g.kh * g.kw), (r / g.kw) % g.kh, r % g.kw);
-            let (ylo, yhi) = span(g.oh, sh, i * dh, pt, g.h);
-            let (xlo, xhi) = span(ow, sw, j * dw, pl, g.w);
-            // Columns d..d+len of row rr from `src` (`sw * sx` apart), else zeros, in runs
-            // cut where panels end.
-            let mut fill = |d: usize, len: usize, src: Option<*const f32>| {
-                let mut at = d;
-                while at < d + len {
-                    let n = (PANEL - at % PANEL).min(d + len - at);
-                    let start = (at / PANEL * depth + rr) * PANEL + at % PANEL;
-                    let dst = &mut out[start..start + n];
-                    match src {
-                        // SAFETY: `src` (see below) reaches `len` columns inside the image.
-                        Some(s) => unsafe { gather_row(dst, s.add((at - d) * sw * sx), (sw * sx) as isize) },
-                        None => dst.fill(0.0),
-                    }
-                    at += n;
-                }
-            };
-            let mut pix = cols.start;
-            while pix < cols.end {
-                let (oy, ox0) = (pix / ow, pix % ow);
-                let ox1 = ow.min(ox0 + cols.end - pix);
-                let d = pix - cols.start;
-                let (a, b) = if (ylo..yhi).contains(&oy) { (xlo.clamp(ox0, ox1), xhi.clamp(ox0, ox1)) } else { (ox1, ox1) };
-                fill(d, a - ox0, None);
-                if a < b {
-                    let (iy, ix) = (oy * sh + i * dh - pt, a * sw + j * dw - pl);
-                    let src = (self.first as *const f32).wrapping_add(c * sc + iy * sy + ix * sx);
-                    // (The span keeps iy < H and every column a..b inside 0..W.)
-                    fill(d + a - ox0, b - a, Some(src));
-                }
-                fill(d + b - ox0, ox1 - b, None);
-                pix += ox1 - ox0;
-            }
-        }
-    }
-}
-
-/// `dst[k] = src[k * step]`: one memcpy when `step` is 1.
+/// `dst[k] = src[k * step]`: one memcpy when `step` is 1, vectors when it is 2.
 ///
 /// # Safety
 /// `src[k * step]` must be readable for every `k < dst.len()`.
@@ -169,12 +135,44 @@ unsafe fn gather(dst: &mut [f32], src: *const f32, step: usize) {
     if step == 1 {
         // SAFETY: forwarded from the caller; dst is a separate (scratch) allocation.
         dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, dst.len()) });
-    } else {
-        for (k, d) in dst.iter_mut().enumerate() {
-            // SAFETY: forwarded from the caller.
-            *d = unsafe { src.add(k * step).read() };
-        }
+        return;
     }
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if step == 2 && crate::gemm::supported() {
+        // SAFETY: forwarded from the caller; the CPU has AVX2.
+        done = unsafe { gather_even(dst, src) };
+    }
+    for (k, d) in dst.iter_mut().enumerate().skip(done) {
+        // SAFETY: forwarded from the caller.
+        *d = unsafe { src.add(k * step).read() };
+    }
+}
+
+/// `dst[k] = src[2k]` for the first groups of 8 (stride-2 convs' input rows), two loads and
+/// two shuffles a group instead of eight scalar loads; returns how many it wrote. A group is
+/// only taken while an element beyond it remains, so its 16 loaded values stay inside what
+/// the caller vouched for.
+///
+/// # Safety
+/// `src[2k]` must be readable for every `k < dst.len()`; the CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn gather_even(dst: &mut [f32], src: *const f32) -> usize {
+    use std::arch::x86_64::*;
+    let mut k = 0;
+    while k + 9 <= dst.len() {
+        // SAFETY: src[2k..2k+16] lies within src[..2 * (dst.len() - 1)] (k + 9 <= len).
+        unsafe {
+            let (lo, hi) = (_mm256_loadu_ps(src.add(2 * k)), _mm256_loadu_ps(src.add(2 * k + 8)));
+            // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then the 64-bit lanes in order 0 2 1 3.
+            let even = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
+            let even = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(even)));
+            _mm256_storeu_ps(dst.as_mut_ptr().add(k), even);
+        }
+        k += 8;
+    }
+    k
 }
 
 /// Where the depthwise loop reads: the input, the weights as an `[O, KH*KW]` matrix and the

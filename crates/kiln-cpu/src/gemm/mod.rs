@@ -250,51 +250,36 @@ pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize,
     unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc) }
 }
 
-/// `c[m, n] = a @ b` on the calling thread alone, for a right-hand side already laid out as
-/// [`PackedB`] lays out its data (panel `p`, of 16 columns, holds `a.k()` rows of 16 values
-/// at `b + p * a.k() * 16`): for callers that write `b` that way and run many small
-/// products side by side themselves (the Winograd conv's 36 per image). Columns past `n` in
-/// the last panel are read but never stored.
+/// `c[m, n] = a @ b` for a right-hand side already laid out as [`PackedB`] lays out its data
+/// (panel `p`, of 16 columns, holds `a.k()` rows of 16 values at `b + p * a.k() * 16`): for
+/// callers that write `b` that way (a conv's im2col matrix), split over the rayon pool as
+/// [`gemm_a`] splits. Columns past `n` in the last panel are read but never stored.
 ///
 /// # Safety
 /// `b` holds `n.div_ceil(16)` such panels; `c` holds `m` rows of `n` values `ldc` apart and
 /// overlaps neither operand.
 pub unsafe fn gemm_a_panels(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(1, a, n, Rhs::Panels(b), c, ldc) }
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Panels(b), c, ldc) }
 }
 
-/// A right-hand side that writes its own panels for [`gemm_a_packing`], block by block, so
-/// that it never exists whole: a convolution's im2col matrix gathered straight from the image
-/// into the block of panels the GEMM is about to read (kept in L2), instead of written to
-/// memory in full and then copied into panels.
-pub trait PackPanels: Sync {
-    /// Writes rows `rows` of columns `cols` (`cols.start` a multiple of 16) into `out` as
-    /// panels of 16 columns, each `rows.len()` rows of 16 values. `out` holds
-    /// `cols.len().div_ceil(16) * rows.len() * 16` values; lanes past `cols.end` may be left
-    /// as they are (their columns of `c` are never stored, and no column reads another).
-    fn pack(&self, rows: Range<usize>, cols: Range<usize>, out: &mut [f32]);
-}
-
-/// `c[m, n] = a @ b` for a packed `a` and a `[a.k(), n]` right-hand side that packs itself
-/// (see [`PackPanels`]), split over the rayon pool as [`gemm_a`] splits.
+/// [`gemm_a_panels`] on the calling thread alone: for callers that run many small products
+/// side by side themselves (the Winograd conv's 36 per image).
 ///
 /// # Safety
-/// `c` holds `m` rows of `n` values `ldc` apart and overlaps neither operand.
-pub unsafe fn gemm_a_packing(a: &PackedA, n: usize, b: &dyn PackPanels, c: *mut f32, ldc: usize) {
+/// As [`gemm_a_panels`].
+pub unsafe fn gemm_a_panels_here(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Packer(b), c, ldc) }
+    unsafe { gemm_a_on(1, a, n, Rhs::Panels(b), c, ldc) }
 }
 
 /// The right-hand side of a [`gemm_a`]-style product.
 #[derive(Clone, Copy)]
-enum Rhs<'a> {
+enum Rhs {
     /// Element `(i, j)` at `b + i * rs + j * cs`, packed per call.
     Strided { b: *const f32, rs: isize, cs: isize },
     /// Already in panels (see [`gemm_a_panels`]).
     Panels(*const f32),
-    /// Packed per call by its owner (see [`gemm_a_packing`]).
-    Packer(&'a dyn PackPanels),
 }
 
 /// [`gemm_a`] split over at most `threads` parts.
@@ -338,7 +323,7 @@ unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, 
 struct JobA<'a> {
     a: &'a PackedA,
     n: usize,
-    b: Rhs<'a>,
+    b: Rhs,
     c: *mut f32,
     ldc: usize,
 }

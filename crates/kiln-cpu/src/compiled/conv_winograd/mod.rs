@@ -7,7 +7,7 @@
 //!    are transformed (`B^T d B`, [`avx2::input_tiles`]) into 36 matrices `V[ξ]` of `[C, T]`
 //!    (T tiles), written straight in the GEMM's panels;
 //! 2. 36 GEMMs `M[ξ] = U[ξ] @ V[ξ]`, where `U[ξ]` (`[O, C]`) are the weights transformed
-//!    (`G g G^T`, in f64) and packed once, on kiln's GEMM ([`gemm::gemm_a_panels`], one
+//!    (`G g G^T`, in f64) and packed once, on kiln's GEMM ([`gemm::gemm_a_panels_here`], one
 //!    product per task);
 //! 3. every output channel's tiles are transformed back (`A^T m A`, [`avx2::output_tiles`]),
 //!    get their bias and are cut to the output's edges; the epilogue then runs on the image.
@@ -359,7 +359,7 @@ impl Chunk<'_> {
             // SAFETY: V[ξ] holds `cols` columns of C rows in panels, M[ξ] is [O, cols], both
             // inside the chunk's scratch; U[ξ] is [O, C].
             unsafe {
-                gemm::gemm_a_panels(&self.w.u[xi], cols, self.work.add(xi * self.v_len()), self.m().add(xi * o * cols), cols)
+                gemm::gemm_a_panels_here(&self.w.u[xi], cols, self.work.add(xi * self.v_len()), self.m().add(xi * o * cols), cols)
             };
         }
     }
