@@ -363,13 +363,13 @@ fn tile_widths_channel_panels_and_remainders() {
     }
 }
 
-/// Convs on kiln's GEMM whose im2col matrix the GEMM gathers from the image block by block
-/// (`Im2colPanels`): stride 2 with asymmetric padding and more rows than one block of the
-/// GEMM packs (K = 576), more columns than one sweep of 8 panels with panels that end inside
-/// an output row, a last part panel, dilation, a strided 1x1 downsample, a batch, bias on and
-/// off, epilogues and non-dense inputs.
+/// Convs on kiln's GEMM, whose im2col matrix is built in the GEMM's panels of 16 pixels
+/// (`im2col_panels`): stride 2 (rows gathered 8 at a time) with asymmetric padding and more
+/// rows than one block of the GEMM takes (K = 576), more columns than one sweep of 8 panels
+/// with panels that end inside an output row, a last part panel, dilation, a strided 1x1
+/// downsample, a batch, bias on and off, epilogues and non-dense inputs.
 #[test]
-fn im2col_gathered_by_the_gemm() {
+fn im2col_in_panels_for_the_gemm() {
     for (x, o, k, stride, pad, dil) in [
         ([1, 64, 23, 19], 13, 3, 2, [1, 0, 2, 1], 1),
         ([1, 16, 40, 40], 8, 3, 2, [1, 1, 1, 1], 1),
