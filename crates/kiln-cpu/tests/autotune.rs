@@ -103,6 +103,15 @@ fn every_candidate_and_the_winner_match_the_interpreter() {
     for s in &report.steps {
         assert!(s.candidates >= 2 && s.best_us <= s.default_us, "{s:?}");
     }
+    // A conv with packed weights (the conv tiles here, where kiln's GEMM or the tiles run)
+    // runs whole images, so only its epilogue's splits are timed: the heuristic, one chunk
+    // and one per thread.
+    let algorithms = exe.packed_algorithms();
+    let conv = report.steps.iter().find(|s| s.what.starts_with("conv2d")).expect("the conv was tuned");
+    if algorithms[conv.step].is_some() {
+        let threads = rayon::current_num_threads();
+        assert_eq!(conv.candidates, if threads > 1 { 3 } else { 2 }, "{conv:?}");
+    }
     // Per-step winners are kept only when whole runs confirm them.
     if tuning.tuned_steps() > 0 {
         let (plain, tuned) = report.whole_us;

@@ -179,16 +179,26 @@ fn candidates(run: &BoundRun, i: usize, threads: usize) -> Vec<StepTuning> {
                 ExternOp::MatMul => out_shape.len().checked_sub(2).map_or(1, |r| out_shape[r]),
                 ExternOp::Conv2d(_) => out_shape.get(1).copied().unwrap_or(1),
             };
-            let mut blocks: Vec<usize> = [rows, 512, 256, 128, 64].into_iter().filter(|&b| b <= rows).collect();
+            // A conv with packed weights (Winograd, the conv tiles, kiln's GEMM) takes a whole
+            // image per call: row blocks would change nothing but the search's length.
+            let whole_images = matches!(op, ExternOp::Conv2d(_)) && run.prepacked(i).is_some();
+            let mut blocks: Vec<Option<usize>> = match whole_images {
+                true => vec![None],
+                false => [rows, 512, 256, 128, 64].into_iter().filter(|&b| b <= rows).map(Some).collect(),
+            };
             blocks.dedup();
-            let chunks: Vec<Option<usize>> = if epilogue.is_some() {
+            let mut chunks: Vec<Option<usize>> = if epilogue.is_some() {
                 vec![None, Some(1), Some(threads)]
             } else {
                 vec![None]
             };
-            for &b in &blocks {
+            chunks.dedup();
+            for &block_rows in &blocks {
                 for &c in &chunks {
-                    out.push(StepTuning { chunks: c, block_rows: Some(b) });
+                    let tune = StepTuning { chunks: c, block_rows };
+                    if tune != StepTuning::default() {
+                        out.push(tune);
+                    }
                 }
             }
         }

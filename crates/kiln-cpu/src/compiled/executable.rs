@@ -227,6 +227,11 @@ impl BoundRun<'_> {
         &self.exe.program
     }
 
+    /// The constants step `i` packs once, which say how it runs (see `prepack`).
+    pub(crate) fn prepacked(&self, i: usize) -> Option<&Prepacked> {
+        self.exe.prepacked[i].as_ref()
+    }
+
     /// Runs step `i` with the knobs `tune`.
     pub(crate) fn step(&mut self, i: usize, tune: StepTuning) -> Result<()> {
         let p = &self.exe.program;

@@ -250,7 +250,7 @@ impl PackedWeights {
     /// # Safety
     /// `pw[o * w_rs + k * w_cs]` must be readable for every `o < O`, `k < K`.
     /// Panics when the CPU runs no tiles ([`eligible`] is checked first).
-    pub(crate) unsafe fn pack(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize) -> PackedWeights {
+    pub(super) unsafe fn pack(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize) -> PackedWeights {
         let isa = Isa::detect().expect("conv tiles packed on a CPU that runs them");
         let (k, lanes) = (g.k(), isa.lanes());
         let mut data = vec![0.0f32; g.o.div_ceil(lanes) * k * lanes];

@@ -187,7 +187,7 @@ impl WinogradWeights {
     ///
     /// # Safety
     /// `pw[o * w_rs + k * w_cs]` must be readable for every `o < O`, `k < C*9`.
-    pub(crate) unsafe fn pack(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize) -> WinogradWeights {
+    pub(super) unsafe fn pack(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize) -> WinogradWeights {
         let (o, c) = (g.o, g.cg);
         // G (6x3) of F(4x4, 3x3).
         const G: [[f64; 3]; N] = [
