@@ -4,7 +4,7 @@
 //! multiply-adds over slices with no per-element bounds test.
 
 use super::conv::Geom;
-use crate::gemm::PANEL;
+use crate::gemm::{PANEL, gather_row};
 use kiln_sched::BufView;
 use rayon::prelude::*;
 
@@ -112,7 +112,7 @@ fn im2col_row(g: &Geom, x: &BufView, px: *const f32, x_off: usize, r: usize, row
         let dst = &mut row[ylo * ow..yhi * ow];
         let iy = ylo * sh + i * dh - pt;
         // SAFETY: rows iy.. of channel c, all inside the checked input view.
-        unsafe { gather(dst, px.add(ch + iy * sy), 1) };
+        unsafe { gather_row(dst, px.add(ch + iy * sy), 1) };
         return;
     }
     for oy in ylo..yhi {
@@ -122,57 +122,8 @@ fn im2col_row(g: &Geom, x: &BufView, px: *const f32, x_off: usize, r: usize, row
         let iy = oy * sh + i * dh - pt;
         // SAFETY: c < Cg, iy < H and the span keeps every input column < W: inside the
         // checked input view.
-        unsafe { gather(&mut dst[xlo..xhi], px.add(ch + iy * sy), sw * sx) };
+        unsafe { gather_row(&mut dst[xlo..xhi], px.add(ch + iy * sy), (sw * sx) as isize) };
     }
-}
-
-/// `dst[k] = src[k * step]`: one memcpy when `step` is 1, vectors when it is 2.
-///
-/// # Safety
-/// `src[k * step]` must be readable for every `k < dst.len()`.
-#[inline]
-unsafe fn gather(dst: &mut [f32], src: *const f32, step: usize) {
-    if step == 1 {
-        // SAFETY: forwarded from the caller; dst is a separate (scratch) allocation.
-        dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, dst.len()) });
-        return;
-    }
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if step == 2 && crate::gemm::supported() {
-        // SAFETY: forwarded from the caller; the CPU has AVX2.
-        done = unsafe { gather_even(dst, src) };
-    }
-    for (k, d) in dst.iter_mut().enumerate().skip(done) {
-        // SAFETY: forwarded from the caller.
-        *d = unsafe { src.add(k * step).read() };
-    }
-}
-
-/// `dst[k] = src[2k]` for the first groups of 8 (stride-2 convs' input rows), two loads and
-/// two shuffles a group instead of eight scalar loads; returns how many it wrote. A group is
-/// only taken while an element beyond it remains, so its 16 loaded values stay inside what
-/// the caller vouched for.
-///
-/// # Safety
-/// `src[2k]` must be readable for every `k < dst.len()`; the CPU has AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn gather_even(dst: &mut [f32], src: *const f32) -> usize {
-    use std::arch::x86_64::*;
-    let mut k = 0;
-    while k + 9 <= dst.len() {
-        // SAFETY: src[2k..2k+16] lies within src[..2 * (dst.len() - 1)] (k + 9 <= len).
-        unsafe {
-            let (lo, hi) = (_mm256_loadu_ps(src.add(2 * k)), _mm256_loadu_ps(src.add(2 * k + 8)));
-            // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then the 64-bit lanes in order 0 2 1 3.
-            let even = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
-            let even = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(even)));
-            _mm256_storeu_ps(dst.as_mut_ptr().add(k), even);
-        }
-        k += 8;
-    }
-    k
 }
 
 /// Where the depthwise loop reads: the input, the weights as an `[O, KH*KW]` matrix and the

@@ -330,3 +330,27 @@ impl Tile {
         }
     }
 }
+
+/// `dst[k] = src[2k]` for the first groups of 8 (stride-2 convs' input rows), two loads and
+/// two shuffles a group instead of eight scalar loads; returns how many it wrote. A group is
+/// only taken while an element beyond it remains, so its 16 loaded values stay inside what
+/// the caller vouched for.
+///
+/// # Safety
+/// `src[2k]` must be readable for every `k < dst.len()`; the CPU has AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn gather_even(dst: &mut [f32], src: *const f32) -> usize {
+    let mut k = 0;
+    while k + 9 <= dst.len() {
+        // SAFETY: src[2k..2k+16] lies within src[..2 * (dst.len() - 1)] (k + 9 <= len).
+        unsafe {
+            let (lo, hi) = (_mm256_loadu_ps(src.add(2 * k)), _mm256_loadu_ps(src.add(2 * k + 8)));
+            // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then the 64-bit lanes in order 0 2 1 3.
+            let even = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
+            let even = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(even)));
+            _mm256_storeu_ps(dst.as_mut_ptr().add(k), even);
+        }
+        k += 8;
+    }
+    k
+}

@@ -171,8 +171,9 @@ unsafe fn zero_rows(m: usize, n: usize, c: *mut f32, ldc: usize) {
     }
 }
 
-/// Copies `dst.len()` values from `src`, `cs` apart, into `dst` (a row of a packed panel or
-/// of a padded image), with one memcpy at unit stride.
+/// Copies `dst.len()` values from `src`, `cs` apart, into `dst` (a row of a packed panel, of
+/// a padded image or of an im2col matrix): one memcpy at unit stride, 8 values at a time with
+/// AVX2 shuffles at stride 2 (stride-2 convs), else one by one.
 ///
 /// # Safety
 /// `src + j * cs` is readable for every `j < dst.len()`.
@@ -180,11 +181,18 @@ pub(crate) unsafe fn gather_row(dst: &mut [f32], src: *const f32, cs: isize) {
     if cs == 1 {
         // SAFETY: the caller's contract, with unit stride.
         dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, dst.len()) });
-    } else {
-        for (j, v) in dst.iter_mut().enumerate() {
-            // SAFETY: the caller's contract.
-            *v = unsafe { *src.offset(j as isize * cs) };
-        }
+        return;
+    }
+    #[allow(unused_mut)]
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if cs == 2 && supported() {
+        // SAFETY: the caller's contract; the CPU has AVX2.
+        done = unsafe { avx2::gather_even(dst, src) };
+    }
+    for (j, v) in dst.iter_mut().enumerate().skip(done) {
+        // SAFETY: the caller's contract.
+        *v = unsafe { *src.offset(j as isize * cs) };
     }
 }
 
