@@ -15,7 +15,7 @@ use std::ffi::c_void;
 const BOUNDS: [(UnaryOp, f64); 4] = [
     (UnaryOp::Exp, 1.0),
     (UnaryOp::Erfc, 3.4),
-    (UnaryOp::Erf, 1.35),
+    (UnaryOp::Erf, 1.36),
     (UnaryOp::Sigmoid, 2.5),
 ];
 
