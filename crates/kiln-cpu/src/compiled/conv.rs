@@ -180,12 +180,9 @@ pub(crate) fn scratch_elems(
         _ => {}
     }
     // kiln's GEMM reads the im2col matrix in panels of 16 pixels, the last one whole.
-    if matches!(packed, Some(Prepacked::ConvGemm(_))) {
-        return direct_input(&g, &inputs[0]).is_none().then(|| g.k() * g.p().next_multiple_of(gemm::PANEL));
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = packed;
-    (g.cg > 1 && direct_input(&g, &inputs[0]).is_none()).then(|| g.k() * g.p())
+    let on_gemm = matches!(packed, Some(Prepacked::ConvGemm(_)));
+    let cols = if on_gemm { g.p().next_multiple_of(gemm::PANEL) } else { g.p() };
+    (g.cg > 1 && direct_input(&g, &inputs[0]).is_none()).then(|| g.k() * cols)
 }
 
 /// Runs the convolution (see [`kiln_sched::ExternOp::Conv2d`]) as its `packed` cell says (see
@@ -269,7 +266,7 @@ pub(crate) fn run(
             };
             if let Some(b) = bias {
                 // SAFETY: as above.
-                add_bias(unsafe { std::slice::from_raw_parts_mut(pout.add(img * g.o * p), g.o * p) }, b, p);
+                add_bias(unsafe { std::slice::from_raw_parts_mut(out, g.o * p) }, b, p);
             }
             epi.rows(img * g.o, (img + 1) * g.o)?;
         }
