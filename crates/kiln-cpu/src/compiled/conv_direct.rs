@@ -67,8 +67,14 @@ pub(super) fn im2col_panels(g: &Geom, x: &BufView, px: *const f32, x_off: usize,
     let (base, dst) = (px as usize, out.as_mut_ptr() as usize);
     (0..k.div_ceil(rows_per_task)).into_par_iter().for_each(|t| {
         let rows = t * rows_per_task..k.min((t + 1) * rows_per_task);
-        let mut block = vec![0.0f32; rows.len() * p];
-        for (row, r) in block.chunks_exact_mut(p).zip(rows.clone()) {
+        // Kept per thread: a fresh block was allocated and zeroed by every task of every run,
+        // though `im2col_row` writes each of its values.
+        let mut block = BLOCK.take();
+        if block.len() < rows.len() * p {
+            block.resize(rows.len() * p, 0.0);
+        }
+        let block_rows = &mut block[..rows.len() * p];
+        for (row, r) in block_rows.chunks_exact_mut(p).zip(rows.clone()) {
             im2col_row(g, x, base as *const f32, x_off, r, row);
         }
         // Panel by panel, these rows' lines are one contiguous run of `out`.
@@ -79,14 +85,20 @@ pub(super) fn im2col_panels(g: &Geom, x: &BufView, px: *const f32, x_off: usize,
             let run = unsafe {
                 std::slice::from_raw_parts_mut((dst as *mut f32).add((q * k + rows.start) * PANEL), rows.len() * PANEL)
             };
-            for (line, row) in run.chunks_exact_mut(PANEL).zip(block.chunks_exact(p)) {
+            for (line, row) in run.chunks_exact_mut(PANEL).zip(block_rows.chunks_exact(p)) {
                 match w {
                     PANEL => line.copy_from_slice(&row[j0..j0 + PANEL]),
                     _ => line[..w].copy_from_slice(&row[j0..]),
                 }
             }
         }
+        BLOCK.set(block);
     });
+}
+
+thread_local! {
+    /// [`im2col_panels`]' block of im2col rows, reused across tasks and calls on this thread.
+    static BLOCK: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Row `r = (c, i, j)` of the im2col matrix.
