@@ -786,8 +786,10 @@ fn reduce_case(dt: DType, rows: usize, cols: usize) -> Case {
     }
 }
 
-/// Softmax over rows in one kernel: reduce max, reduce sum of exp, store normalised.
-fn softmax_case(dt: DType, rows: usize, cols: usize) -> Case {
+/// Softmax over rows in one kernel: reduce max, reduce sum of exp, store normalised. Each stage
+/// walks a row of `cols` points as a nest of one loop per entry of `dims` (their product).
+fn softmax_case(dt: DType, rows: usize, dims: &[usize]) -> Case {
+    let cols: usize = dims.iter().product();
     let v: Vec<f64> = (0..rows * cols)
         .map(|i| ((i * 7919) % 101) as f64 / 10.0 - 5.0)
         .collect();
@@ -798,7 +800,8 @@ fn softmax_case(dt: DType, rows: usize, cols: usize) -> Case {
     } else {
         dt
     };
-    let mut k = Kernel::new(format!("softmax_{}", suffix(dt)));
+    let name = if dims.len() == 1 { String::new() } else { format!("_{}d", dims.len()) };
+    let mut k = Kernel::new(format!("softmax{name}_{}", suffix(dt)));
     k.args.push(Arg {
         dtype: dt,
         len: rows * cols,
@@ -813,31 +816,38 @@ fn softmax_case(dt: DType, rows: usize, cols: usize) -> Case {
         var: 0,
         extent: rows,
     }];
-    let row = |v: u32| Idx::var(0).mul(cols as i64).add(Idx::var(v));
+    // Stage `s` (0, 1, 2) loops over vars 1 + s * n.. (n = dims.len()).
+    let n = dims.len() as u32;
+    let loops = |s: u32| -> Vec<Loop> {
+        dims.iter()
+            .enumerate()
+            .map(|(d, &extent)| Loop { var: 1 + s * n + d as u32, extent })
+            .collect()
+    };
+    let row = |s: u32| {
+        loops(s).iter().fold(Idx::var(0), |acc, l| acc.mul(l.extent as i64).add(Idx::var(l.var)))
+    };
     let ld = k.push(
         Expr::Load {
             arg: 0,
-            index: row(1),
+            index: row(0),
         },
         dt,
     );
     let ldc = k.push(Expr::Cast { x: ld }, acc);
     k.stages.push(Stage::Reduce {
-        loops: vec![Loop {
-            var: 1,
-            extent: cols,
-        }],
+        loops: loops(0),
         op: ReduceOp::Max,
         value: ldc,
         local: 0,
         dtype: acc,
     });
     // exp(x - max) in the accumulation type, for the sum and for the store.
-    let exp_of = |k: &mut Kernel, var: u32| {
+    let exp_of = |k: &mut Kernel, s: u32| {
         let ld = k.push(
             Expr::Load {
                 arg: 0,
-                index: row(var),
+                index: row(s),
             },
             dt,
         );
@@ -859,18 +869,15 @@ fn softmax_case(dt: DType, rows: usize, cols: usize) -> Case {
             acc,
         )
     };
-    let e = exp_of(&mut k, 2);
+    let e = exp_of(&mut k, 1);
     k.stages.push(Stage::Reduce {
-        loops: vec![Loop {
-            var: 2,
-            extent: cols,
-        }],
+        loops: loops(1),
         op: ReduceOp::Sum,
         value: e,
         local: 1,
         dtype: acc,
     });
-    let e = exp_of(&mut k, 3);
+    let e = exp_of(&mut k, 2);
     let s = k.push(Expr::Local(1), acc);
     let q = k.push(
         Expr::Binary {
@@ -882,12 +889,9 @@ fn softmax_case(dt: DType, rows: usize, cols: usize) -> Case {
     );
     let out = k.push(Expr::Cast { x: q }, dt);
     k.stages.push(Stage::Store {
-        loops: vec![Loop {
-            var: 3,
-            extent: cols,
-        }],
+        loops: loops(2),
         arg: 1,
-        index: row(3),
+        index: row(2),
         value: out,
     });
     let want = eval(Op::Softmax { axis: 1 }, &[&x2]);
@@ -1132,7 +1136,8 @@ fn all_cases() -> Vec<Case> {
         cases.push(reduce_case(dt, 5, 7));
         cases.push(reduce_case(dt, 3, 0));
         cases.push(reduce_case(dt, 6, 37));
-        cases.push(softmax_case(dt, 6, 37));
+        cases.push(softmax_case(dt, 6, &[37]));
+        cases.push(softmax_case(dt, 5, &[3, 7]));
     }
     for dt in INTS {
         cases.push(unary_int_case(dt));
@@ -1367,7 +1372,7 @@ fn layouts_indices_and_parallel_launches_are_right() {
 
 #[test]
 fn rendered_c_is_readable() {
-    let c = softmax_case(DType::F32, 64, 1024);
+    let c = softmax_case(DType::F32, 64, &[1024]);
     let src = render_kernel(&c.kernel).unwrap();
     assert!(
         src.contains("void softmax_f32(void* const* args, int64_t begin, int64_t end)"),
@@ -1386,6 +1391,29 @@ fn rendered_c_is_readable() {
     );
     assert!(src.contains("#pragma omp simd reduction(+:acc1)"), "{src}");
     assert!(src.contains("acc0 = kc_maxf(acc0, v1);"), "{src}");
+}
+
+#[test]
+fn softmax_computes_exp_once_per_point() {
+    // The sum keeps exp(x - max) per point of the row; the store divides the kept value.
+    for dims in [&[1024][..], &[3, 7]] {
+        let c = softmax_case(DType::F32, 64, dims);
+        let src = render_kernel(&c.kernel).unwrap();
+        assert_eq!(src.matches("kc_expf_v(").count(), 1, "{src}");
+        let points: usize = dims.iter().product();
+        assert!(src.contains(&format!("float row0[{points}];")), "{src}");
+    }
+    // Not when the kernel writes the argument exp reads (the store could change it first),
+    // nor over rows longer than the kept arrays may be.
+    let mut c = softmax_case(DType::F32, 4, &[37]);
+    c.kernel.args[0].written = true;
+    let src = render_kernel(&c.kernel).unwrap();
+    assert_eq!(src.matches("kc_expf_v(").count(), 2, "{src}");
+    let c = softmax_case(DType::F32, 1, &[kiln_cpu::codegen::row_values::MAX_ROW + 1]);
+    let src = render_kernel(&c.kernel).unwrap();
+    assert_eq!(src.matches("kc_expf_v(").count(), 2, "{src}");
+    // The values themselves: the multistage group runs these kernels against the interpreter.
+    check_group("multistage");
 }
 
 #[test]

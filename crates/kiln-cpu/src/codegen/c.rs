@@ -11,7 +11,8 @@ use super::common::{
     self, Accumulator, ExprEnv, Writer, arg_name, check_identifier, defined_before, emit_exprs,
     local_dtypes, loop_list, needed, stage_loops, stage_value, store_target,
 };
-use super::expr::{self, storage_ctype};
+use super::expr::{self, ctype, storage_ctype};
+use super::row_values::RowValues;
 use kiln_ir::{DType, ReduceOp, Result};
 use kiln_sched::kernel::{Expr, ExprId, Idx, Kernel, Loop, Stage};
 
@@ -67,9 +68,21 @@ pub fn render_kernel_sized(k: &Kernel, symbols: usize) -> Result<String> {
         }
     }
     let locals = local_dtypes(k)?;
+    let rows = RowValues::plan(k)?;
+    if let Some(r) = &rows {
+        for (slot, v) in r.kept.iter().enumerate() {
+            w.line(&format!(
+                "{} row{slot}[{}]; /* v{} of stage {}, per point of the row */",
+                ctype(v.dtype),
+                r.points,
+                v.expr,
+                v.stage
+            ));
+        }
+    }
     let body = |w: &mut Writer| -> Result<()> {
         for (s, stage) in k.stages.iter().enumerate() {
-            render_stage(w, k, s, stage, &locals, false)?;
+            render_stage(w, k, s, stage, &locals, rows.as_ref(), false)?;
         }
         Ok(())
     };
@@ -171,7 +184,7 @@ impl Peel {
             (format!("hi{v}"), l.extent.to_string(), false),
         ] {
             w.open(&format!("for (int64_t i{v} = {from}; i{v} < {to}; i{v}++)"));
-            render_stage(w, k, 0, &k.stages[0], locals, interior)?;
+            render_stage(w, k, 0, &k.stages[0], locals, None, interior)?;
             w.close();
         }
         w.close();
@@ -220,13 +233,15 @@ fn loop_header(l: &Loop) -> String {
     )
 }
 
-/// Emits `const T v{id} = ...;` for every expression `root` needs, in id order.
+/// Emits `const T v{id} = ...;` for every expression `root` needs, in id order, except those
+/// `given` (read from the C text beside them).
 fn render_exprs(
     w: &mut Writer,
     k: &Kernel,
     root: ExprId,
     locals: &[Option<DType>],
     defined: &[bool],
+    given: &[(ExprId, String)],
     interior: bool,
 ) -> Result<()> {
     let access = |arg: u32, index: &Idx, safe: bool| {
@@ -242,22 +257,37 @@ fn render_exprs(
         index: &expr::index,
         // Inside a peeled loop's interior every padding test holds (see `Peel`).
         in_range_holds: interior,
+        given,
     };
     emit_exprs(w, k, root, locals, defined, &env)
 }
 
-/// Emits stage `s`; `interior`: inside a peeled loop's interior (see [`Peel`]).
+/// Emits stage `s`, reading and writing the values `rows` keeps; `interior`: inside a peeled
+/// loop's interior (see [`Peel`]).
 fn render_stage(
     w: &mut Writer,
     k: &Kernel,
     s: usize,
     stage: &Stage,
     locals: &[Option<DType>],
+    rows: Option<&RowValues>,
     interior: bool,
 ) -> Result<()> {
     // Locals of earlier stages only.
     let defined = defined_before(k, s, locals);
     let loop_names = loop_list(stage_loops(stage));
+    // The point of the row, flattened: the same in every stage over rows of this shape.
+    let point = expr::index(&stage_loops(stage).iter().fold(Idx::Const(0), |acc, l| {
+        acc.mul(l.extent as i64).add(Idx::var(l.var))
+    }));
+    let given: Vec<(ExprId, String)> = rows.map_or_else(Vec::new, |r| {
+        r.read_by(s).into_iter().map(|(e, slot)| (e, format!("row{slot}[{point}]"))).collect()
+    });
+    let keep = |w: &mut Writer| {
+        for (slot, e) in rows.into_iter().flat_map(|r| r.written_by(s)) {
+            w.line(&format!("row{slot}[{point}] = v{e};"));
+        }
+    };
     match stage {
         Stage::Store {
             loops,
@@ -274,7 +304,8 @@ fn render_stage(
             for l in loops {
                 w.open(&loop_header(l));
             }
-            render_exprs(w, k, *value, locals, &defined, interior)?;
+            render_exprs(w, k, *value, locals, &defined, &given, interior)?;
+            keep(w);
             let stored = expr::store(a.dtype, &format!("v{value}"));
             w.line(&format!("out{arg}[{}] = {stored};", expr::index(index)));
             for _ in loops {
@@ -319,7 +350,8 @@ fn render_stage(
                 }
                 w.open(&loop_header(l));
             }
-            render_exprs(w, k, *value, locals, &defined, interior)?;
+            render_exprs(w, k, *value, locals, &defined, &given, interior)?;
+            keep(w);
             let v = expr::convert(&format!("v{value}"), vt, *dtype);
             w.line(&format!("{var} = {};", acc.combine(&var, &v)));
             for _ in loops {

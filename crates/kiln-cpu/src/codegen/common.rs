@@ -5,7 +5,7 @@
 
 use super::expr::{self, ctype};
 use kiln_ir::{DType, Error, ReduceOp, Result};
-use kiln_sched::kernel::{Arg, Expr, ExprId, Idx, Kernel, Loop, Stage};
+use kiln_sched::kernel::{Arg, Expr, ExprId, Idx, Kernel, Loop, Stage, VarId};
 use std::fmt::Write;
 
 /// Errors for `name` unless it is a C identifier (kernel names become function names).
@@ -117,6 +117,20 @@ pub fn stage_loops(s: &Stage) -> &[Loop] {
     }
 }
 
+/// The loop variables of stage `s` of `k`, outermost first.
+pub fn stage_vars(k: &Kernel, s: usize) -> Vec<VarId> {
+    k.stages.get(s).map_or_else(Vec::new, |st| stage_loops(st).iter().map(|l| l.var).collect())
+}
+
+/// Stage loop variables in a canonical index: `CANON + position in the stage's nest`.
+pub const CANON: VarId = u32::MAX - 64;
+
+/// `index` with `vars` (a stage's loop variables) replaced by their canonical names: two
+/// stages over rows of one shape read the same point where their canonical indices are equal.
+pub fn canon(index: &Idx, vars: &[VarId]) -> Idx {
+    index.rename(&|v| vars.iter().position(|x| *x == v).map_or(v, |p| CANON + p as VarId))
+}
+
 /// The expression a stage reduces or stores.
 pub fn stage_value(s: &Stage) -> ExprId {
     match s {
@@ -146,6 +160,12 @@ pub fn store_target(k: &Kernel, s: usize, arg: u32, value: ExprId) -> Result<&Ar
 /// For each expression, whether `root` needs it: `Some(true)` when on some path that passes
 /// through no Where branch (its evaluation is safe), `Some(false)` when only under branches.
 pub fn needed(k: &Kernel, root: ExprId) -> Result<Vec<Option<bool>>> {
+    needed_above(k, root, &[])
+}
+
+/// [`needed`], where the expressions `given` are read from elsewhere: their operands are not
+/// needed on their account.
+pub fn needed_above(k: &Kernel, root: ExprId, given: &[ExprId]) -> Result<Vec<Option<bool>>> {
     let n = k.exprs.len();
     if root as usize >= n {
         return Err(Error::Unsupported(format!(
@@ -157,6 +177,9 @@ pub fn needed(k: &Kernel, root: ExprId) -> Result<Vec<Option<bool>>> {
     marks[root as usize] = Some(true);
     for id in (0..=root as usize).rev() {
         let Some(safe) = marks[id] else { continue };
+        if given.contains(&(id as ExprId)) {
+            continue;
+        }
         let mut mark = |x: ExprId, edge_safe: bool| {
             if let Some(m) = marks.get_mut(x as usize)
                 && (x as usize) < id
@@ -194,6 +217,9 @@ pub struct ExprEnv<'a> {
     pub index: &'a dyn Fn(&Idx) -> String,
     /// Every `InRange` test is known to hold (a peeled loop's interior): render them as 1.
     pub in_range_holds: bool,
+    /// Expressions whose value the renderer already holds, with the C text that reads it (a
+    /// value an earlier stage kept: see [`super::row_values`]); they are not computed.
+    pub given: &'a [(ExprId, String)],
 }
 
 /// Emits `const T v{id} = ...;` for every expression `root` needs, in id order; `defined`
@@ -206,7 +232,8 @@ pub fn emit_exprs(
     defined: &[bool],
     env: &ExprEnv,
 ) -> Result<()> {
-    let marks = needed(k, root)?;
+    let given: Vec<ExprId> = env.given.iter().map(|(id, _)| *id).collect();
+    let marks = needed_above(k, root, &given)?;
     let local_dtype = |l: u32| -> Option<DType> {
         let l = l as usize;
         if defined.get(l).copied().unwrap_or(false) {
@@ -219,8 +246,9 @@ pub fn emit_exprs(
         let Some(safe) = *mark else { continue };
         let access = |arg: u32, index: &Idx| (env.access)(arg, index, safe);
         let id = id as ExprId;
-        let value = match &k.expr(id).expr {
-            Expr::InRange { .. } if env.in_range_holds => "1".to_string(),
+        let value = match (&k.expr(id).expr, env.given.iter().find(|(g, _)| *g == id)) {
+            (_, Some((_, held))) => held.clone(),
+            (Expr::InRange { .. }, None) if env.in_range_holds => "1".to_string(),
             _ => expr::render(k, id, &local_dtype, &access, env.index)?,
         };
         w.line(&format!(

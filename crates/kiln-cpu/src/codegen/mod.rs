@@ -13,6 +13,7 @@ mod c;
 pub mod common;
 pub mod expr;
 pub mod generic;
+pub mod row_values;
 
 pub use c::{PAR_MIN_WORK, render_kernel, render_kernel_sized, work_per_row};
 pub use generic::Template;

@@ -362,7 +362,7 @@ impl<'k> Renderer<'k> {
                 })
             };
             let index_of = |i: &Idx| self.index(i);
-            let env = ExprEnv { access: &access, index: &index_of, in_range_holds: false };
+            let env = ExprEnv { access: &access, index: &index_of, in_range_holds: false, given: &[] };
             emit_exprs(w, k, *value, &self.locals, &defined, &env)?;
             w.line(&format!("kc_o.{field} = {};", expr::store(out.dtype, &format!("v{value}"))));
             w.close();
@@ -490,6 +490,7 @@ impl<'k> Renderer<'k> {
             access: &access,
             index: &index,
             in_range_holds: false,
+            given: &[],
         };
         emit_exprs(w, k, root, &self.locals, &defined, &env)
     }

@@ -6,12 +6,10 @@
 //! value a later stage needs is the one this lane loaded. Values are unchanged.
 
 use super::Launch;
-use kiln_cpu::codegen::common::{needed, stage_loops};
+pub(crate) use kiln_cpu::codegen::common::{canon, stage_vars};
+use kiln_cpu::codegen::common::{CANON, needed, stage_loops};
 use kiln_ir::Result;
 use kiln_sched::kernel::{Expr, Idx, Kernel, Stage, VarId};
-
-/// Stage loop variables in a canonical index: `CANON + position in the stage's nest`.
-const CANON: VarId = u32::MAX - 64;
 
 /// Longest row a warp caches: 32 registers per lane and cached operand.
 const MAX_ROW: usize = 1024;
@@ -36,19 +34,9 @@ pub(crate) struct RowCache {
     pub loads: Vec<CachedLoad>,
 }
 
-/// `index` with `vars` (a stage's loop variables) replaced by their canonical names.
-pub(crate) fn canon(index: &Idx, vars: &[VarId]) -> Idx {
-    index.rename(&|v| vars.iter().position(|x| *x == v).map_or(v, |p| CANON + p as VarId))
-}
-
 /// A canonical index `key` back in terms of a stage's loop variables `vars`.
 pub(crate) fn at(key: &Idx, vars: &[VarId]) -> Idx {
     key.rename(&|v| if v >= CANON { vars.get((v - CANON) as usize).copied().unwrap_or(v) } else { v })
-}
-
-/// The loop variables of stage `s`.
-pub(crate) fn stage_vars(k: &Kernel, s: usize) -> Vec<VarId> {
-    k.stages.get(s).map_or_else(Vec::new, |st| stage_loops(st).iter().map(|l| l.var).collect())
 }
 
 /// The row cache of `k` (launched as `launch`), or `None`: a warp-per-row kernel of two or
