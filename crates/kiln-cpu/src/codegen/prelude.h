@@ -168,22 +168,24 @@ KC_FN double kc_atanh(double x) { return 0.5 * log1p((2.0 * x) / (1.0 - x)); }
  * f32 inputs, in ulps of the f64 function's value where that is a normal float (below, in
  * ulps of the smallest normal: all under 1.8), and against the interpreter's f32 results:
  *   kc_expf_v   0.999 ulp of exp                 1 ulp from f32::exp
- *   kc_erfcf    3.36 ulp of erfc                 3 ulp from (float)erfc((double)x)
- *   kc_erff     1.351 ulp of erf                 1 ulp from (float)erf((double)x)
+ *   kc_erfcf    3.15 ulp of erfc                 3 ulp from (float)erfc((double)x)
+ *   kc_erff     1.372 ulp of erf                 1 ulp from (float)erf((double)x)
  *   kc_sigmoidf 2.48 ulp of 1 / (1 + e^-x)       4 ulp from 1.0f / (1.0f + f32::exp(-x))
  * Results that round to 0 or overflow are exactly 0 / inf (sigmoid is 0 where e^-x overflows,
- * as the interpreter's), NaN gives NaN, erf(±0) = ±0 and erfc(0) = exp(0) = 1 exactly.
+ * as the interpreter's), NaN gives NaN and erf(±0) = ±0 (erfc(0) is 1 - 2^-24, half an ulp of 1).
  * tests/codegen_math.rs checks these bounds on a dense sweep. f64 stays on libm. On a GPU,
  * erfc and erf are CUDA's own (below). */
 
-/* e^(a + b), for a large part a and a small correction b: the reduction subtracts n ln2 from a
- * exactly before adding b, so b's bits are not lost to the rounding of a + b. Cody-Waite:
+/* m e^(a + b), for a large part a, a small correction b and a factor m in [0, 1]: the
+ * reduction subtracts n ln2 from a exactly before adding b, so b's bits are not lost to the
+ * rounding of a + b, and m multiplies e^r = 1 + w in one fma, m + m w, so the product costs no
+ * rounding of its own (erfc's e^(-z^2) erfcx(z)). Cody-Waite:
  * a + b = n ln2 + r with |r| <= ln2/2, Cephes' degree-7 polynomial for e^r, 2^n built in the
  * exponent bits. The polynomial is evaluated by Estrin's scheme with explicit fmaf (fused even
  * under -ffp-contract=off): these loops are bound by the latency of one element's chain of
  * dependent operations, not by how many there are, and Horner's mul-then-add chain was twice
  * as long (a loop of exp ran 24% faster, one of GELU's erfc 22%; the bounds above re-measured). */
-KC_FN float kc_expf_sum(float a, float b) {
+KC_FN float kc_expf_mul(float a, float b, float m) {
     const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float x = a + b;
     /* Outside [-104, 89] the result is 0 or inf (selected below); the clamp keeps n in
@@ -202,8 +204,9 @@ KC_FN float kc_expf_sum(float a, float b) {
     float p23 = fmaf(8.3334519073e-3f, r, 4.1665795894e-2f);
     float p45 = fmaf(1.9875691500e-4f, r, 1.3981999507e-3f);
     float p = fmaf(fmaf(p45, r2, p23), r2, p01);
-    /* Unfused: fmaf(r2, p, r) here raised the worst error from 0.999 to 1.03 ulp. */
-    float y = 1.0f + (r + r2 * p);
+    /* Unfused: fmaf(r2, p, r) here raised the worst error from 0.999 to 1.03 ulp. With m = 1
+     * the fma is 1 + w rounded once, as an add. */
+    float y = fmaf(m, r + r2 * p, m);
     /* 2^n as two normal factors: y * 2^n1 is exact, so a subnormal result is rounded once
      * (gradual underflow), and one above FLT_MAX overflows to inf. */
     int32_t n1 = ni >> 1, n2 = ni - n1;
@@ -215,6 +218,8 @@ KC_FN float kc_expf_sum(float a, float b) {
     uint32_t under = 0u - (uint32_t)(x < -104.0f), over = 0u - (uint32_t)(x > 89.0f);
     return kc_bits_f32((kc_f32_bits(v) & ~(under | over)) | (over & 0x7f800000u));
 }
+/* e^(a + b) (see kc_expf_mul). */
+KC_FN float kc_expf_sum(float a, float b) { return kc_expf_mul(a, b, 1.0f); }
 KC_FN float kc_expf_v(float x) { return kc_expf_sum(x, 0.0f); }
 KC_FN float kc_sigmoidf(float x) { return 1.0f / (1.0f + kc_expf_v(-x)); }
 
@@ -225,25 +230,42 @@ KC_FN float kc_sigmoidf(float x) { return 1.0f / (1.0f + kc_expf_v(-x)); }
 KC_FN float kc_erfcf(float x) { return erfcf(x); }
 KC_FN float kc_erff(float x) { return erff(x); }
 #else
-/* erfc(z) for z >= 0 (or NaN): the Chebyshev fit of Numerical Recipes' erfcc,
- * t e^(-z^2 + P(t)) with t = 1 / (1 + z/2), relative error below 1.2e-7 for every z (the same
- * fit as kernels/activation.rs). t, P(t) and -z^2 + P(t) are formed in double (vectorised
- * too): in f32 their rounding, amplified by e^, gave 7.7 ulp. */
+/* erfc(z) for z >= 0 (or NaN), all in f32: e^(-z^2) erfcx(z), with erfcx(z) = Q(t) u for
+ * u = 1 / (z + 3) and t = (z - 3) / (z + 3) = 1 - 6u in [-1, 1), Q of degree 9 (a least-squares
+ * fit of erfcx(z) (z + 3) over z in [0, 10.1], relative error 8e-9 with its coefficients
+ * rounded to f32; beyond 10.1 erfc underflows). Its two leading terms are Horner steps, the
+ * rest Estrin's scheme: the last roundings then fall on one term each, not on three sums.
+ * No rounding reaches the result amplified: -z^2 is carried as hi + lo (fmaf gives the
+ * product's error exactly) into kc_expf_mul, which also multiplies by erfcx(z) unrounded, and
+ * u as u0 + u1 (the division's residual, from z + 3 split exactly by Fast2Sum), so the t and u
+ * that Q and the product see are those of z, not of a neighbour. The transform is Shepherd and
+ * Laframboise's (Math. Comp. 36, 1981), as in N. Juffa's erfcf; the fit is kiln's own. The
+ * former form, Numerical Recipes' erfcc t e^(-z^2 + P(t)),
+ * needed its -z^2 + P(t) in f64 (in f32 that sum's rounding, amplified by e^, gave 7.7 ulp),
+ * and in a vectorised loop half-width f64 vectors and their long chain of dependent
+ * operations made it twice as slow (a loop of GELU's erfc: 4.0 ns an element, now 2.05). */
 KC_FN float kc_erfcf_pos(float z) {
-    double zd = (double)(z < 16.0f ? z : 16.0f); /* erfc(16) underflows; keeps inf out */
-    double t = 1.0 / (1.0 + 0.5 * (double)z);     /* z = inf: t = 0, the result 0 */
-    /* P(t) by Estrin's scheme, as kc_expf_sum: pairs c_i + c_j t, then powers t^2, t^4. */
-    double t2 = t * t;
-    double t4 = t2 * t2;
-    double c98 = fma(0.17087277, t, -0.82215223);
-    double c76 = fma(1.48851587, t, -1.13520398);
-    double c54 = fma(0.27886807, t, -0.18628806);
-    double c32 = fma(0.09678418, t, 0.37409196);
-    double c10 = fma(1.00002368, t, -1.26551223);
-    double p = fma(fma(fma(c98, t2, c76), t2, c54), t4, fma(c32, t2, c10));
-    double w = fma(-zd, zd, p);
-    float hi = (float)w;
-    return (float)(t * (double)kc_expf_sum(hi, (float)(w - (double)hi)));
+    float zc = z < 16.0f ? z : 16.0f; /* erfc(16) underflows; keeps inf (and NaN) out */
+    /* z + 3 = s + e exactly: Fast2Sum of the larger and the smaller. */
+    float big = zc > 3.0f ? zc : 3.0f, small = zc > 3.0f ? 3.0f : zc;
+    float s = big + small;
+    float e = small - (s - big);
+    float u0 = 1.0f / s;
+    float u1 = u0 * fmaf(-u0, e, fmaf(-u0, s, 1.0f)); /* u0 (1 - u0 (s + e)) */
+    float t = fmaf(-6.0f, u1, fmaf(-6.0f, u0, 1.0f));
+    float t2 = t * t;
+    float p23 = fmaf(-3.104661405e-01f, t, 5.902281404e-01f);
+    float p45 = fmaf(-2.683889866e-02f, t, 1.195299178e-01f);
+    float p67 = fmaf(3.078427166e-03f, t, -1.227546367e-03f);
+    float p89 = fmaf(-3.255128104e-04f, t, -4.840310430e-04f);
+    float p2_9 = fmaf(fmaf(p89, t2, p67), t2 * t2, fmaf(p45, t2, p23));
+    float q = fmaf(t, fmaf(t, p2_9, -8.833944798e-01f), 1.074006915e+00f);
+    float erfcx = fmaf(q, u0, q * u1);
+    float hi = zc * zc;
+    float v = kc_expf_mul(-hi, -fmaf(zc, zc, -hi), erfcx);
+    /* NaN in, NaN out (the clamp above made it 16), by bit masks as in kc_expf_mul. */
+    uint32_t nan = 0u - (uint32_t)(z != z);
+    return kc_bits_f32((kc_f32_bits(v) & ~nan) | (kc_f32_bits(z) & nan));
 }
 /* erfc in f32; for x < 0, 2 - erfc(|x|) (in [1, 2]: no cancellation). */
 KC_FN float kc_erfcf(float x) {
