@@ -70,7 +70,8 @@ fn edge_tiles_and_depths() {
     if !available() {
         return;
     }
-    for m in [1, 5, 6, 7, 13] {
+    // Every tile height 1..6 (tiles under 4 rows spread k over 2 or 4 sets of accumulators).
+    for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
         for n in [1, 15, 16, 17, 40] {
             for k in [1, 3, 255, 256, 257, 600] {
                 check(m, n, k, k + 3, n + 5);
@@ -189,7 +190,8 @@ fn packed_a_edge_tiles_depths_and_sweeps() {
     }
     let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
     one.install(|| {
-        for m in [1, 5, 6, 7, 13] {
+        // Every tile height 1..6 (tiles under 4 rows spread k over 2 or 4 sets of accumulators).
+    for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
             for n in [1, 15, 16, 17, 49, 130] {
                 for k in [1, 3, 255, 256, 257, 600] {
                     check_a(m, n, k, k + 3, (n + 2, 1), n + 5);
