@@ -61,6 +61,8 @@ impl RowValues {
         for s in 0..k.stages.len() {
             let vars = stage_vars(k, s);
             let root = stage_value(&k.stages[s]);
+            // Checks the stage's expressions (ids in range, operands before their users).
+            let marks = needed(k, root)?;
             // Top down: an expression found in an earlier stage is kept whole, so its operands
             // are not looked at (nor computed) unless something else needs them.
             let mut reach = vec![false; k.exprs.len()];
@@ -75,15 +77,12 @@ impl RowValues {
                     continue;
                 }
                 own.push(id);
-                for x in operands(&k.exprs[id as usize].expr) {
-                    if let Some(r) = reach.get_mut(x as usize) {
-                        *r = true;
-                    }
+                for x in operands(&k.exprs[id as usize].expr).into_iter().filter(|&x| x < id) {
+                    reach[x as usize] = true;
                 }
             }
             // Expressions of this stage a later one may reuse: those it computes itself, of
             // cost enough, depending on its loop variables.
-            let marks = needed(k, root)?;
             let mut mine = Vec::new();
             for id in own {
                 if marks[id as usize].is_some() && m.uses_vars(id, &vars) && cost(k, id) >= MIN_COST {
@@ -160,7 +159,7 @@ impl Matcher<'_> {
                 Expr::Load { index, .. } | Expr::InRange { index, .. } | Expr::Index(index) if uses(index) => {
                     return true;
                 }
-                x => stack.extend(operands(x)),
+                x => stack.extend(operands(x).into_iter().filter(|&o| o < e)),
             }
         }
         false
@@ -176,8 +175,13 @@ impl Matcher<'_> {
         if let Some(&r) = self.memo.get(&key) {
             return r;
         }
-        let (na, nb) = (&self.k.exprs[a as usize], &self.k.exprs[b as usize]);
-        let r = na.dtype == nb.dtype
+        let (Some(na), Some(nb)) = (self.k.exprs.get(a as usize), self.k.exprs.get(b as usize)) else {
+            return false;
+        };
+        // Operands come before their users (the IR's order): anything else is not matched.
+        let below = operands(&na.expr).iter().all(|&x| x < a) && operands(&nb.expr).iter().all(|&x| x < b);
+        let r = below
+            && na.dtype == nb.dtype
             && match (&na.expr, &nb.expr) {
                 (Expr::Load { arg: x, index: i }, Expr::Load { arg: y, index: j }) => {
                     let written = self.k.args.get(*x as usize).is_none_or(|a| a.written);
@@ -237,7 +241,7 @@ fn cost(k: &Kernel, id: ExprId) -> u32 {
             Expr::Binary { .. } | Expr::Where { .. } | Expr::Cast { .. } => 1,
             Expr::Load { .. } | Expr::Const(_) | Expr::InRange { .. } | Expr::Index(_) | Expr::Local(_) => 0,
         });
-        stack.extend(operands(x));
+        stack.extend(operands(x).into_iter().filter(|&o| o < e));
     }
     total
 }
