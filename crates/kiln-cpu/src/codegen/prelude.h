@@ -236,7 +236,7 @@ KC_FN float kc_erff(float x) { return erff(x); }
  * rounded to f32; beyond 10.1 erfc underflows). Its two leading terms are Horner steps, the
  * rest Estrin's scheme: the last roundings then fall on one term each, not on three sums.
  * No rounding reaches the result amplified: -z^2 is carried as hi + lo (fmaf gives the
- * product's error exactly) into kc_expf_mul, which also multiplies by erfcx(z) unrounded, and
+ * product's error exactly) into kc_expf_mul, whose last fma multiplies by erfcx(z) at no rounding of its own, and
  * u as u0 + u1 (the division's residual, from z + 3 split exactly by Fast2Sum), so the t and u
  * that Q and the product see are those of z, not of a neighbour. The transform is Shepherd and
  * Laframboise's (Math. Comp. 36, 1981), as in N. Juffa's erfcf; the fit is kiln's own. The

@@ -77,7 +77,7 @@ impl RowValues {
                     continue;
                 }
                 own.push(id);
-                for x in operands(&k.exprs[id as usize].expr).into_iter().filter(|&x| x < id) {
+                for x in k.exprs[id as usize].expr.operands().into_iter().filter(|&x| x < id) {
                     reach[x as usize] = true;
                 }
             }
@@ -159,7 +159,7 @@ impl Matcher<'_> {
                 Expr::Load { index, .. } | Expr::InRange { index, .. } | Expr::Index(index) if uses(index) => {
                     return true;
                 }
-                x => stack.extend(operands(x).into_iter().filter(|&o| o < e)),
+                x => stack.extend(x.operands().into_iter().filter(|&o| o < e)),
             }
         }
         false
@@ -179,7 +179,7 @@ impl Matcher<'_> {
             return false;
         };
         // Operands come before their users (the IR's order): anything else is not matched.
-        let below = operands(&na.expr).iter().all(|&x| x < a) && operands(&nb.expr).iter().all(|&x| x < b);
+        let below = na.expr.operands().iter().all(|&x| x < a) && nb.expr.operands().iter().all(|&x| x < b);
         let r = below
             && na.dtype == nb.dtype
             && match (&na.expr, &nb.expr) {
@@ -208,16 +208,6 @@ impl Matcher<'_> {
     }
 }
 
-/// The operands of an expression.
-fn operands(e: &Expr) -> Vec<ExprId> {
-    match e {
-        Expr::Unary { x, .. } | Expr::Cast { x } => vec![*x],
-        Expr::Binary { a, b, .. } => vec![*a, *b],
-        Expr::Where { cond, a, b } => vec![*cond, *a, *b],
-        Expr::Load { .. } | Expr::Const(_) | Expr::InRange { .. } | Expr::Index(_) | Expr::Local(_) => Vec::new(),
-    }
-}
-
 /// A rough count of the machine operations computing `id` takes (a transcendental function is
 /// 10), each shared operand counted once.
 fn cost(k: &Kernel, id: ExprId) -> u32 {
@@ -241,7 +231,7 @@ fn cost(k: &Kernel, id: ExprId) -> u32 {
             Expr::Binary { .. } | Expr::Where { .. } | Expr::Cast { .. } => 1,
             Expr::Load { .. } | Expr::Const(_) | Expr::InRange { .. } | Expr::Index(_) | Expr::Local(_) => 0,
         });
-        stack.extend(operands(x).into_iter().filter(|&o| o < e));
+        stack.extend(x.operands().into_iter().filter(|&o| o < e));
     }
     total
 }

@@ -80,28 +80,21 @@ fn check_kernel(k: &Kernel, args: &[*mut u8]) -> Result<()> {
         )));
     }
     for (id, node) in k.exprs.iter().enumerate() {
-        let ops: Vec<ExprId> = match &node.expr {
-            Expr::Unary { x, .. } | Expr::Cast { x } => vec![*x],
-            Expr::Binary { a, b, .. } => vec![*a, *b],
-            Expr::Where { cond, a, b } => vec![*cond, *a, *b],
-            Expr::Load { arg, .. } => {
-                let a = k.args.get(*arg as usize).ok_or_else(|| {
-                    Error::Graph(format!(
-                        "expr {id} loads argument {arg} of {}",
-                        k.args.len()
-                    ))
-                })?;
-                if a.dtype != node.dtype {
-                    return Err(Error::DType(format!(
-                        "expr {id} loads {} argument {arg} as {}",
-                        a.dtype, node.dtype
-                    )));
-                }
-                vec![]
+        if let Expr::Load { arg, .. } = &node.expr {
+            let a = k.args.get(*arg as usize).ok_or_else(|| {
+                Error::Graph(format!(
+                    "expr {id} loads argument {arg} of {}",
+                    k.args.len()
+                ))
+            })?;
+            if a.dtype != node.dtype {
+                return Err(Error::DType(format!(
+                    "expr {id} loads {} argument {arg} as {}",
+                    a.dtype, node.dtype
+                )));
             }
-            _ => vec![],
-        };
-        if let Some(bad) = ops.iter().find(|&&o| o as usize >= id) {
+        }
+        if let Some(bad) = node.expr.operands().iter().find(|&&o| o as usize >= id) {
             return Err(Error::Graph(format!(
                 "expr {id} uses expr {bad}, which does not come before it"
             )));

@@ -80,6 +80,18 @@ pub enum Expr {
     Local(u32),
 }
 
+impl Expr {
+    /// The expressions this one reads (none for a load, literal, range test, index or local).
+    pub fn operands(&self) -> Vec<ExprId> {
+        match self {
+            Expr::Unary { x, .. } | Expr::Cast { x } => vec![*x],
+            Expr::Binary { a, b, .. } => vec![*a, *b],
+            Expr::Where { cond, a, b } => vec![*cond, *a, *b],
+            Expr::Load { .. } | Expr::Const(_) | Expr::InRange { .. } | Expr::Index(_) | Expr::Local(_) => Vec::new(),
+        }
+    }
+}
+
 /// An expression with its result dtype.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExprNode {
