@@ -2,6 +2,8 @@
 //! a multiple of 6, columns past a 16-wide panel), depths around its 256 block, row blocks
 //! past 120 rows, padded row strides (padding left untouched), a strided `b`, threads split by
 //! rows and by panels, and NaN / Inf. Skipped, with a note, on a CPU without AVX2 and FMA.
+//! On a CPU with AVX-512 the whole file runs twice: on the AVX-512 tiles, and once more in a
+//! child process kept to the AVX2 tiles (`KILN_GEMM_AVX2`).
 
 use kiln_cpu::gemm::{self, PackedB};
 
@@ -70,9 +72,11 @@ fn edge_tiles_and_depths() {
     if !available() {
         return;
     }
-    // Every tile height 1..6 (tiles under 4 rows spread k over 2 or 4 sets of accumulators).
+    // Every tile height 1..6 (tiles under 4 rows spread k over 2 or 4 sets of accumulators);
+    // 0 to 6 whole panels with and without a narrow last one (the AVX-512 tile takes whole
+    // panels 4, 3, 2 or 1 at a time).
     for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
-        for n in [1, 15, 16, 17, 40] {
+        for n in [1, 15, 16, 17, 40, 48, 64, 100] {
             for k in [1, 3, 255, 256, 257, 600] {
                 check(m, n, k, k + 3, n + 5);
             }
@@ -192,7 +196,7 @@ fn packed_a_edge_tiles_depths_and_sweeps() {
     one.install(|| {
         // Every tile height 1..6 (tiles under 4 rows spread k over 2 or 4 sets of accumulators).
     for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
-            for n in [1, 15, 16, 17, 49, 130] {
+            for n in [1, 15, 16, 17, 49, 64, 130] {
                 for k in [1, 3, 255, 256, 257, 600] {
                     check_a(m, n, k, k + 3, (n + 2, 1), n + 5);
                 }
@@ -272,4 +276,25 @@ fn packed_a_with_b_already_in_panels() {
         unsafe { run(&packed, n, bp.as_ptr(), c.as_mut_ptr(), n + 3) };
         assert_product(&c, n + 3, (m, n, k), |i, t| a[i * k + t], |t, j| b[t * n + j]);
     }
+}
+
+/// On an AVX-512 CPU the tests above ran the AVX-512 tiles; this runs them all again, in a
+/// child process of this test binary with `KILN_GEMM_AVX2` set, on the AVX2 tiles that other
+/// CPUs run.
+#[test]
+fn avx2_tiles_pass_too_on_an_avx512_cpu() {
+    if !gemm::wide() {
+        // Either this CPU has no AVX-512 (every test above ran the AVX2 tiles) or this is
+        // the child process.
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .env("KILN_GEMM_AVX2", "1")
+        .args(["--test-threads", "2"])
+        .output()
+        .expect("the test binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the AVX2 tiles failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("test result: ok"), "the child ran no tests:\n{text}");
 }

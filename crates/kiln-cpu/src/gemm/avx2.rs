@@ -17,7 +17,8 @@ const BLOCK_ROWS: usize = 120;
 /// stream of `a`.
 const B_BLOCK_BYTES: usize = 192 << 10;
 
-/// Rows `rows`, panels `panels` of `c = a @ b`.
+/// Rows `rows`, panels `panels` of `c = a @ b`; with `wide`, on the AVX-512 tile where panels
+/// are whole (see [`Tile::sweep`]).
 ///
 /// Each 120 x 256 block of `a` is first copied tile by tile into `[k][6]` order, as BLIS and
 /// the `gemm` crate do: the micro-kernel then reads one contiguous stream of `a`. Read in
@@ -26,7 +27,7 @@ const B_BLOCK_BYTES: usize = 192 << 10;
 /// panel slice: they evicted each other (ffn2 ran slower than the `gemm` crate).
 ///
 /// # Safety
-/// As [`super::gemm`]; the CPU has AVX2 and FMA.
+/// As [`super::gemm`]; the CPU has AVX2 and FMA, and AVX-512F with `wide`.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn block(
     rows: Range<usize>,
@@ -36,6 +37,7 @@ pub(super) unsafe fn block(
     b: &PackedB,
     c: *mut f32,
     ldc: usize,
+    wide: bool,
 ) {
     let (k, n) = (b.k, b.n);
     let mut packed = vec![0.0f32; rows.len().min(BLOCK_ROWS).next_multiple_of(ROWS) * k.min(DEPTH)];
@@ -48,22 +50,19 @@ pub(super) unsafe fn block(
             for q0 in panels.clone().step_by(SWEEP) {
                 let q1 = (q0 + SWEEP).min(panels.end);
                 for (t, i) in (r0..r1).step_by(ROWS).enumerate() {
-                    let r = ROWS.min(r1 - i);
-                    for p in q0..q1 {
-                        // SAFETY: tile t of the packed block, rows i..i+r and the columns of
-                        // panel p are inside the operands (the caller's contract).
-                        unsafe {
-                            let t = Tile {
-                                depth,
-                                a: packed.as_ptr().add(t * ROWS * depth),
-                                b: b.data.as_ptr().add((p * k + k0) * PANEL),
-                                c: c.add(i * ldc + p * PANEL),
-                                ldc,
-                                cols: PANEL.min(n - p * PANEL),
-                                acc,
-                            };
-                            t.run(r);
-                        }
+                    // SAFETY: tile t of the packed block, rows i..i+r and the columns of
+                    // panels q0..q1 are inside the operands (the caller's contract).
+                    unsafe {
+                        let t = Tile {
+                            depth,
+                            a: packed.as_ptr().add(t * ROWS * depth),
+                            b: b.data.as_ptr().add((q0 * k + k0) * PANEL),
+                            c: c.add(i * ldc + q0 * PANEL),
+                            ldc,
+                            cols: 0,
+                            acc,
+                        };
+                        t.sweep(ROWS.min(r1 - i), q1 - q0, k * PANEL, n - q0 * PANEL, wide);
                     }
                 }
             }
@@ -72,7 +71,7 @@ pub(super) unsafe fn block(
 }
 
 /// Row tiles `tiles`, panels `panels` of `c = a @ b` for a packed `a` (see
-/// [`super::gemm_a`]). For each block of 8 panels, `b` is packed (read where it lies when it
+/// [`super::gemm_a`]); `wide` as for [`block`]. For each block of 8 panels, `b` is packed (read where it lies when it
 /// is already in panels) as many rows at a time as fit [`B_BLOCK_BYTES`] of L2, and each tile
 /// of `a` then runs all of that block's depth before the next tile starts: the tile's 6 x 256
 /// slice of `a` stays in L1 while it meets the block's panels, and its rows of `c` stay in L1
@@ -81,7 +80,8 @@ pub(super) unsafe fn block(
 /// ran at 60% of the speed of the 2048->512 one, whose `c` is 100 KB.)
 ///
 /// # Safety
-/// As [`super::gemm_a`] or [`super::gemm_a_panels`], by `b`; the CPU has AVX2 and FMA.
+/// As [`super::gemm_a`] or [`super::gemm_a_panels`], by `b`; the CPU has AVX2 and FMA, and
+/// AVX-512F with `wide`.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn block_a(
@@ -92,6 +92,7 @@ pub(super) unsafe fn block_a(
     b: Rhs,
     c: *mut f32,
     ldc: usize,
+    wide: bool,
 ) {
     let (m, k) = (a.m, a.k);
     let sweep = SWEEP.min(panels.len());
@@ -120,22 +121,19 @@ pub(super) unsafe fn block_a(
             for t in tiles.clone() {
                 let i = t * ROWS;
                 for k0 in (r0..r1).step_by(DEPTH) {
-                    let (depth, acc) = (DEPTH.min(r1 - k0), k0 > 0);
-                    for p in q0..q1 {
-                        // SAFETY: tile t of `a` (k groups of 6) from group k0, rows k0.. of
-                        // panel p of `b`, rows i.. and the columns of panel p inside `c`.
-                        unsafe {
-                            let t = Tile {
-                                depth,
-                                a: a.data.as_ptr().add((t * k + k0) * ROWS),
-                                b: b0.add((p - q0) * step + (k0 - r0) * PANEL),
-                                c: c.add(i * ldc + p * PANEL),
-                                ldc,
-                                cols: PANEL.min(n - p * PANEL),
-                                acc,
-                            };
-                            t.run(ROWS.min(m - i));
-                        }
+                    // SAFETY: tile t of `a` (k groups of 6) from group k0, rows k0.. of
+                    // panels q0..q1 of `b`, rows i.. and the columns of those panels in `c`.
+                    unsafe {
+                        let t = Tile {
+                            depth: DEPTH.min(r1 - k0),
+                            a: a.data.as_ptr().add((t * k + k0) * ROWS),
+                            b: b0.add((k0 - r0) * PANEL),
+                            c: c.add(i * ldc + q0 * PANEL),
+                            ldc,
+                            cols: 0,
+                            acc: k0 > 0,
+                        };
+                        t.sweep(ROWS.min(m - i), q1 - q0, step, n - q0 * PANEL, wide);
                     }
                 }
             }
@@ -197,18 +195,54 @@ unsafe fn pack_a(packed: &mut [f32], a: *const f32, lda: usize, rows: usize, dep
 
 /// One micro-tile: `R` rows by the panel's 16 columns (the first `cols` of them stored),
 /// over `depth` steps of `k`; added to `c` when `acc`.
-struct Tile {
-    depth: usize,
+pub(super) struct Tile {
+    pub(super) depth: usize,
     /// The tile's packed rows of `a`: `depth` groups of 6 values.
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    cols: usize,
-    acc: bool,
+    pub(super) a: *const f32,
+    pub(super) b: *const f32,
+    pub(super) c: *mut f32,
+    pub(super) ldc: usize,
+    pub(super) cols: usize,
+    pub(super) acc: bool,
 }
 
 impl Tile {
+    /// Runs the tile's first `rows` rows of `a` against `panels` panels of `b` from the one at
+    /// `self.b` (each `step` values after the last), whose columns start at `self.c` and span
+    /// `width` columns in all (the last panel may be narrower than 16). With `wide`, whole
+    /// panels go four at a time (what is left, fewer) to the AVX-512 tile; a narrow last panel,
+    /// or every panel without `wide`, to the AVX2 tile.
+    ///
+    /// # Safety
+    /// As [`Tile::run_k`] for every panel; `wide` only on a CPU with AVX-512F.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn sweep(mut self, rows: usize, panels: usize, step: usize, width: usize, wide: bool) {
+        let whole = panels.min(width / PANEL);
+        let mut p = 0;
+        if wide {
+            while p < whole {
+                let group = (whole - p).min(4);
+                // SAFETY: panels p..p+group are whole and inside the operands (the caller's
+                // contract); the caller vouched for AVX-512F.
+                unsafe {
+                    let t = Tile { b: self.b.add(p * step), c: self.c.add(p * PANEL), ..self };
+                    super::avx512::run(&t, rows, group, step);
+                }
+                p += group;
+            }
+        }
+        let (b, c) = (self.b, self.c);
+        for p in p..panels {
+            // SAFETY: panel p is inside the operands (the caller's contract).
+            unsafe {
+                self.b = b.add(p * step);
+                self.c = c.add(p * PANEL);
+                self.cols = PANEL.min(width - p * PANEL);
+                self.run(rows);
+            }
+        }
+    }
+
     /// Runs the tile for its first `rows` (1 to 6) rows of `a`. A tile of at most 8 columns
     /// (a narrow last panel, as a 7x7 image's 49 pixels leave) multiplies one vector of the
     /// panel instead of two: the other's lanes would all be padding.

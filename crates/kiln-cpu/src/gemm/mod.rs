@@ -14,10 +14,18 @@
 //! image or its im2col matrix packed per call (`-- packed-a`: resnet50's 1x1 convs 1.07-1.30x
 //! the `gemm` crate).
 //!
+//! On a CPU with AVX-512F ([`wide`]) whole panels go four at a time to a 6 x 64 tile in zmm
+//! registers (`avx512.rs`), on the same packed layouts; narrow last panels stay on the AVX2
+//! tile. On this 2-core AMD Zen 4 VM (whose FMA units are 256 bits wide, so both tiles share
+//! one peak, ~113 GFLOP/s a core) it ran bert-base's products 0.72-0.81x the AVX2 tile's time
+//! and 0.81-0.89x the `gemm` crate's AVX-512 kernel's, 2 threads.
+//!
 //! [`available`] says whether kiln uses it on this CPU; elsewhere matmuls keep the `gemm` crate.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 use rayon::prelude::*;
 use std::ops::Range;
@@ -38,18 +46,25 @@ pub fn supported() -> bool {
     false
 }
 
-/// True when kiln runs constant-weight matmuls on the packed GEMM: a [`supported`] CPU
-/// without AVX-512 (whose 16-lane FMAs the `gemm` crate uses, and this 8-lane kernel would
-/// not; not measured there yet), and `KILN_DISABLE_PACKED_GEMM` unset (it sends every matmul
-/// to the `gemm` crate, for comparisons). Checked once per process.
+/// True when kiln runs constant-weight matmuls on the packed GEMM: a [`supported`] CPU, and
+/// `KILN_DISABLE_PACKED_GEMM` unset (it sends every matmul to the `gemm` crate, for
+/// comparisons). Checked once per process.
 pub fn available() -> bool {
+    static YES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *YES.get_or_init(|| supported() && std::env::var_os("KILN_DISABLE_PACKED_GEMM").is_none())
+}
+
+/// True when the packed GEMM runs whole panels on its AVX-512 tile (see `avx512.rs`): the CPU
+/// has AVX-512F and `KILN_GEMM_AVX2` is unset (it keeps every tile on AVX2, for comparisons
+/// and for testing those tiles on such a CPU). Checked once per process.
+pub fn wide() -> bool {
     static YES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *YES.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        let wide = std::arch::is_x86_feature_detected!("avx512f");
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
         #[cfg(not(target_arch = "x86_64"))]
-        let wide = false;
-        supported() && !wide && std::env::var_os("KILN_DISABLE_PACKED_GEMM").is_none()
+        let avx512 = false;
+        supported() && avx512 && std::env::var_os("KILN_GEMM_AVX2").is_none()
     })
 }
 
@@ -345,7 +360,7 @@ impl JobA<'_> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `gemm_a`'s caller vouched for the operands; `gemm_a` checked the CPU.
         unsafe {
-            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.c, self.ldc)
+            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.c, self.ldc, wide())
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (tiles, panels);
@@ -370,7 +385,7 @@ impl Job<'_> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `gemm`'s caller vouched for the operands; `gemm` checked the CPU.
         unsafe {
-            avx2::block(rows, panels, self.a, self.lda, self.b, self.c, self.ldc)
+            avx2::block(rows, panels, self.a, self.lda, self.b, self.c, self.ldc, wide())
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (rows, panels);
