@@ -187,6 +187,47 @@ fn check_a(m: usize, n: usize, k: usize, lda: usize, (rs, cs): (usize, usize), l
     assert_product(&c, ldc, (m, n, k), |i, t| a[i * lda + t], |t, j| b[t * rs + j * cs]);
 }
 
+/// A right-hand side whose rows are whole cache lines (`rs` a multiple of 16 floats, the
+/// first row 64-byte aligned) is read in place, sweeps of whole panels at least; the values
+/// between a row's last column and the next row are NaN, so reading one shows.
+fn check_a_aligned(m: usize, n: usize, k: usize) {
+    let rs = n.next_multiple_of(16) + 16;
+    let a = values(m * k, (m * 7 + k) as u64);
+    let mut buf = vec![f32::NAN; k * rs + 16];
+    let at = buf.as_ptr().align_offset(64);
+    let b = values(k * n, (n * 5 + k) as u64);
+    for t in 0..k {
+        buf[at + t * rs..at + t * rs + n].copy_from_slice(&b[t * n..(t + 1) * n]);
+    }
+    // SAFETY: a holds m rows of k values.
+    let packed = unsafe { gemm::PackedA::pack(m, k, a.as_ptr(), k as isize, 1) };
+    let mut c = vec![SENTINEL; m * (n + 3)];
+    // SAFETY: k rows of n values rs apart from buf[at]; c holds m rows of n + 3.
+    unsafe { gemm::gemm_a(&packed, n, buf.as_ptr().add(at), rs as isize, 1, c.as_mut_ptr(), n + 3) };
+    assert_product(&c, n + 3, (m, n, k), |i, t| a[i * k + t], |t, j| b[t * n + j]);
+}
+
+#[test]
+fn packed_a_reads_rows_of_whole_lines_in_place() {
+    if !available() {
+        return;
+    }
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            // Whole panels only (one sweep, several, by panels and by tiles); a last sweep with a
+            // narrow panel (packed) after whole ones in place; depths past one 256 pass and past
+            // one block of packed rows; every tile height.
+            for (m, n, k) in [(7, 64, 300), (13, 160, 513), (64, 3136, 256), (5, 40, 20), (9, 200, 70), (300, 48, 1100)] {
+                check_a_aligned(m, n, k);
+            }
+            for m in 1..=6 {
+                check_a_aligned(m, 128, 33);
+            }
+        });
+    }
+}
+
 #[test]
 fn packed_a_edge_tiles_depths_and_sweeps() {
     if !available() {

@@ -57,6 +57,7 @@ pub(super) unsafe fn block(
                             depth,
                             a: packed.as_ptr().add(t * ROWS * depth),
                             b: b.data.as_ptr().add((q0 * k + k0) * PANEL),
+                            ldb: PANEL,
                             c: c.add(i * ldc + q0 * PANEL),
                             ldc,
                             cols: 0,
@@ -71,8 +72,9 @@ pub(super) unsafe fn block(
 }
 
 /// Row tiles `tiles`, panels `panels` of `c = a @ b` for a packed `a` (see
-/// [`super::gemm_a`]); `wide` as for [`block`]. For each block of 8 panels, `b` is packed (read where it lies when it
-/// is already in panels) as many rows at a time as fit [`B_BLOCK_BYTES`] of L2, and each tile
+/// [`super::gemm_a`]); `wide` as for [`block`]. For each block of 8 panels, `b` is packed (read
+/// where it lies when it is already in panels, or when its rows are whole cache lines) as many
+/// rows at a time as fit [`B_BLOCK_BYTES`] of L2, and each tile
 /// of `a` then runs all of that block's depth before the next tile starts: the tile's 6 x 256
 /// slice of `a` stays in L1 while it meets the block's panels, and its rows of `c` stay in L1
 /// between depth passes. (Sweeping every tile per 256 rows of `b` sent `c` through memory
@@ -95,6 +97,14 @@ pub(super) unsafe fn block_a(
     wide: bool,
 ) {
     let (m, k) = (a.m, a.k);
+    // A right-hand side of whole 64-byte rows on 64-byte lines (a 1x1 conv's image of 56x56 or
+    // 28x28 pixels) is read where it lies, sweeps of whole panels at least: packing it cost a
+    // conv of few output channels (256 -> 64) more than its products saved. Rows that start
+    // inside a line (14x14 pixels: 784 bytes) split every load in two and ran slower in place.
+    let in_place = match b {
+        Rhs::Strided { b, rs, cs: 1 } => rs > 0 && rs % PANEL as isize == 0 && b as usize % 64 == 0,
+        _ => false,
+    };
     let sweep = SWEEP.min(panels.len());
     // Rows of `b` packed at once: whole depth passes, as many as fit the budget.
     let rows = (B_BLOCK_BYTES / (4 * PANEL * sweep)).max(DEPTH) / DEPTH * DEPTH;
@@ -109,14 +119,17 @@ pub(super) unsafe fn block_a(
         let cols = q0 * PANEL..n.min(q1 * PANEL);
         for r0 in (0..k).step_by(rows) {
             let r1 = (r0 + rows).min(k);
-            // Where panel q0's row r0 lies, and how far apart the panels are.
-            let (b0, step) = match b {
+            // Where panel q0's row r0 lies, how far apart the panels are, and the rows.
+            let (b0, step, ldb) = match b {
+                Rhs::Strided { b, rs, .. } if in_place && q1 * PANEL <= n => {
+                    (b.wrapping_offset(r0 as isize * rs + (q0 * PANEL) as isize), PANEL, rs as usize)
+                }
                 Rhs::Strided { b, rs, cs } => {
                     // SAFETY: rows r0..r1 and columns `cols` are inside `b` (the caller's contract).
                     unsafe { pack_b(&mut packed, b.offset(r0 as isize * rs), rs, cs, r1 - r0, cols.clone()) };
-                    (packed.as_ptr(), (r1 - r0) * PANEL)
+                    (packed.as_ptr(), (r1 - r0) * PANEL, PANEL)
                 }
-                Rhs::Panels(b) => (b.wrapping_add((q0 * k + r0) * PANEL), k * PANEL),
+                Rhs::Panels(b) => (b.wrapping_add((q0 * k + r0) * PANEL), k * PANEL, PANEL),
             };
             for t in tiles.clone() {
                 let i = t * ROWS;
@@ -127,7 +140,8 @@ pub(super) unsafe fn block_a(
                         let t = Tile {
                             depth: DEPTH.min(r1 - k0),
                             a: a.data.as_ptr().add((t * k + k0) * ROWS),
-                            b: b0.add((k0 - r0) * PANEL),
+                            b: b0.add((k0 - r0) * ldb),
+                            ldb,
                             c: c.add(i * ldc + q0 * PANEL),
                             ldc,
                             cols: 0,
@@ -200,6 +214,9 @@ pub(super) struct Tile {
     /// The tile's packed rows of `a`: `depth` groups of 6 values.
     pub(super) a: *const f32,
     pub(super) b: *const f32,
+    /// Values from one row of `b` to the next: 16 in a packed panel, a row's length where
+    /// `b` is read in place.
+    pub(super) ldb: usize,
     pub(super) c: *mut f32,
     pub(super) ldc: usize,
     pub(super) cols: usize,
@@ -295,15 +312,15 @@ impl Tile {
             for _ in 0..self.depth / 4 {
                 for (u, acc) in s.iter_mut().enumerate() {
                     let x = _mm256_maskload_ps(ap.add(u * ROWS), six);
-                    *acc = _mm256_fmadd_ps(x, _mm256_broadcast_ss(&*bp.add(u * PANEL)), *acc);
+                    *acc = _mm256_fmadd_ps(x, _mm256_broadcast_ss(&*bp.add(u * self.ldb)), *acc);
                 }
                 ap = ap.add(4 * ROWS);
-                bp = bp.add(4 * PANEL);
+                bp = bp.add(4 * self.ldb);
             }
             for _ in 0..self.depth % 4 {
                 s[0] = _mm256_fmadd_ps(_mm256_maskload_ps(ap, six), _mm256_broadcast_ss(&*bp), s[0]);
                 ap = ap.add(ROWS);
-                bp = bp.add(PANEL);
+                bp = bp.add(self.ldb);
             }
             let sum = _mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3]));
             let mut tmp = [0.0f32; 8];
@@ -347,15 +364,15 @@ impl Tile {
             // a software prefetch of the panel only took load slots from it).
             for _ in 0..self.depth / 4 {
                 for u in 0..4 {
-                    step(&mut sets[u % S], ap.add(u * ROWS), bp.add(u * PANEL));
+                    step(&mut sets[u % S], ap.add(u * ROWS), bp.add(u * self.ldb));
                 }
                 ap = ap.add(4 * ROWS);
-                bp = bp.add(4 * PANEL);
+                bp = bp.add(4 * self.ldb);
             }
             for _ in 0..self.depth % 4 {
                 step(&mut sets[0], ap, bp);
                 ap = ap.add(ROWS);
-                bp = bp.add(PANEL);
+                bp = bp.add(self.ldb);
             }
             let mut s = sets[0];
             for set in &sets[1..] {

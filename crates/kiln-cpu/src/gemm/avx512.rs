@@ -66,15 +66,15 @@ unsafe fn run_k<const R: usize, const P: usize, const S: usize>(t: &Tile, step: 
         };
         for _ in 0..t.depth / 4 {
             for u in 0..4 {
-                one(&mut sets[u % S], ap.add(u * super::ROWS), bp.add(u * super::PANEL));
+                one(&mut sets[u % S], ap.add(u * super::ROWS), bp.add(u * t.ldb));
             }
             ap = ap.add(4 * super::ROWS);
-            bp = bp.add(4 * super::PANEL);
+            bp = bp.add(4 * t.ldb);
         }
         for _ in 0..t.depth % 4 {
             one(&mut sets[0], ap, bp);
             ap = ap.add(super::ROWS);
-            bp = bp.add(super::PANEL);
+            bp = bp.add(t.ldb);
         }
         let mut s = sets[0];
         for set in &sets[1..] {

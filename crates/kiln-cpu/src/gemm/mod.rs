@@ -12,7 +12,7 @@
 //! one (the FMA units' peak is about 90 a core). Convolutions with constant weights outside
 //! the conv tiles take [`gemm_a`]: the weights packed once as the left side ([`PackedA`]), the
 //! image or its im2col matrix packed per call (`-- packed-a`: resnet50's 1x1 convs 1.07-1.30x
-//! the `gemm` crate).
+//! the `gemm` crate), or read where it lies when its rows are whole cache lines.
 //!
 //! On a CPU with AVX-512F ([`wide`]) whole panels go four at a time to a 6 x 64 tile in zmm
 //! registers (`avx512.rs`), on the same packed layouts; narrow last panels stay on the AVX2
