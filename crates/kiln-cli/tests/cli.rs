@@ -337,7 +337,8 @@ fn kiln_logs_output_code_prints_the_cuda_c_of_a_gpu_build() {
 
 /// `kiln explain` on the CPU lists how the externs run: resnet18's ten 3x3 stride-1 convs on
 /// 56x56, 28x28 and 14x14 outputs by Winograd where kiln's GEMM runs (its three 7x7-output
-/// ones and the strided ones not), and its stem on the conv tiles.
+/// ones and the strided ones not), and its stem on the conv tiles (with AVX-512, also its two
+/// stride-2 3x3 convs of 64 or more output pixels).
 #[test]
 fn explain_cpu_lists_extern_algorithms() {
     let o = kiln(&["explain", "resnet18", "--device", "cpu"]);
@@ -353,6 +354,10 @@ fn explain_cpu_lists_extern_algorithms() {
     let winograd = kiln_cpu::gemm::available() && std::env::var_os("KILN_DISABLE_WINOGRAD").is_none();
     assert_eq!(steps("conv winograd"), winograd.then_some(10), "{out}");
     if winograd && std::env::var_os("KILN_DISABLE_CONV_TILES").is_none() {
-        assert_eq!(steps("conv tiles"), Some(1), "{out}");
+        #[cfg(target_arch = "x86_64")]
+        let tiles = if std::arch::is_x86_feature_detected!("avx512f") { 3 } else { 1 };
+        #[cfg(not(target_arch = "x86_64"))]
+        let tiles = 1;
+        assert_eq!(steps("conv tiles"), Some(tiles), "{out}");
     }
 }

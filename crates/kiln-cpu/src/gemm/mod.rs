@@ -20,7 +20,8 @@
 //! one peak, ~113 GFLOP/s a core) it ran bert-base's products 0.72-0.81x the AVX2 tile's time
 //! and 0.81-0.89x the `gemm` crate's AVX-512 kernel's, 2 threads.
 //!
-//! [`available`] says whether kiln uses it on this CPU; elsewhere matmuls keep the `gemm` crate.
+//! [`available`] says whether kiln uses it on this CPU (not on Intel's AVX-512 CPUs, where the
+//! `gemm` crate was faster); elsewhere matmuls keep the `gemm` crate.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -46,12 +47,30 @@ pub fn supported() -> bool {
     false
 }
 
-/// True when kiln runs constant-weight matmuls on the packed GEMM: a [`supported`] CPU, and
-/// `KILN_DISABLE_PACKED_GEMM` unset (it sends every matmul to the `gemm` crate, for
-/// comparisons). Checked once per process.
+/// True when kiln runs constant-weight matmuls on the packed GEMM: a [`supported`] CPU that
+/// is not an Intel one with AVX-512, and `KILN_DISABLE_PACKED_GEMM` unset (it sends every
+/// matmul to the `gemm` crate, for comparisons). Checked once per process.
+///
+/// Intel's AVX-512 cores have two 512-bit FMA units, which the `gemm` crate's kernel fed
+/// better: on the GPU machine's Xeon, 2 threads, bert-base took 135-145 ms on the `gemm` crate
+/// against 155-165 on kiln's AVX-512 tile (resnet50 within the noise). AMD's Zen 4 splits a
+/// 512-bit FMA in two, and there kiln's tile was the faster (bert-base 128 against 136 ms,
+/// sums of per-step minimums).
 pub fn available() -> bool {
     static YES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *YES.get_or_init(|| supported() && std::env::var_os("KILN_DISABLE_PACKED_GEMM").is_none())
+    *YES.get_or_init(|| supported() && !intel_avx512() && std::env::var_os("KILN_DISABLE_PACKED_GEMM").is_none())
+}
+
+/// True on an Intel CPU with AVX-512F (CPUID's vendor string).
+fn intel_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
+        std::arch::is_x86_feature_detected!("avx512f") && vendor == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// True when the packed GEMM runs whole panels on its AVX-512 tile (see `avx512.rs`): the CPU
