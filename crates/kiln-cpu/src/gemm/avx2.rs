@@ -345,7 +345,7 @@ impl Tile {
     #[inline]
     unsafe fn run_k<const R: usize, const V: usize, const S: usize>(&self) {
         // SAFETY (whole body): `block` passes pointers to `depth` groups of 6 packed values
-        // of `a` (the first R used), `depth` rows of 16 packed values of `b` and R rows of
+        // of `a` (the first R used), `depth` rows of 16 values of `b` (`ldb` apart) and R rows of
         // `cols` values of `c`.
         unsafe {
             let mut sets = [[[_mm256_setzero_ps(); V]; R]; S];

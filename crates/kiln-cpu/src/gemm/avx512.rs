@@ -13,8 +13,8 @@ use super::avx2::Tile;
 use std::arch::x86_64::*;
 
 /// Runs `rows` (1 to 6) rows of `t` over `panels` (1 to 4) whole panels: panel `j`'s rows of
-/// `b` start at `t.b + j * step`, its columns of `c` at `t.c + 16 j`. `t.cols` is not read:
-/// every panel is 16 columns wide.
+/// `b` start at `t.b + j * step`, `t.ldb` apart, its columns of `c` at `t.c + 16 j`. `t.cols`
+/// is not read: every panel is 16 columns wide.
 ///
 /// # Safety
 /// As [`Tile::run_k`] for each panel; the CPU has AVX-512F.
@@ -50,8 +50,8 @@ pub(super) unsafe fn run(t: &Tile, rows: usize, panels: usize, step: usize) {
 #[inline]
 unsafe fn run_k<const R: usize, const P: usize, const S: usize>(t: &Tile, step: usize) {
     // SAFETY (whole body): the caller passes `depth` groups of 6 packed values of `a` (the
-    // first R used), `depth` rows of 16 values for each of P panels `step` apart, and R rows
-    // of 16 P values of `c`.
+    // first R used), `depth` rows (`t.ldb` apart) of 16 values for each of P panels `step`
+    // apart, and R rows of 16 P values of `c`.
     unsafe {
         let mut sets = [[[_mm512_setzero_ps(); P]; R]; S];
         let (mut ap, mut bp) = (t.a, t.b);
