@@ -66,11 +66,19 @@ fn intel_avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         let id = std::arch::x86_64::__cpuid(0);
-        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
-        std::arch::is_x86_feature_detected!("avx512f") && vendor == b"GenuineIntel"
+        avx512f() && [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == b"GenuineIntel"
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
+}
+
+/// True when this CPU has AVX-512F.
+fn avx512f() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let yes = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let yes = false;
+    yes
 }
 
 /// True when the packed GEMM runs whole panels on its AVX-512 tile (see `avx512.rs`): the CPU
@@ -78,13 +86,7 @@ fn intel_avx512() -> bool {
 /// and for testing those tiles on such a CPU). Checked once per process.
 pub fn wide() -> bool {
     static YES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *YES.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx512 = false;
-        supported() && avx512 && std::env::var_os("KILN_GEMM_AVX2").is_none()
-    })
+    *YES.get_or_init(|| supported() && avx512f() && std::env::var_os("KILN_GEMM_AVX2").is_none())
 }
 
 /// A `[k, n]` right-hand side packed for [`gemm`]: panel `p` holds columns `16p..16p+16` as
