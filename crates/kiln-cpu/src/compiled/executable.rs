@@ -169,9 +169,17 @@ impl Executable {
             ptrs: &ptrs,
             scratch: &mut state.scratch,
         };
-        for i in 0..p.steps.len() {
-            each(&mut run, i)?;
-        }
+        // The steps run on a worker of rayon's pool, so that each step's parallel parts start
+        // there: from this thread, every step's work was sent to the pool and this thread woken
+        // when it was done (resnet50, 2 threads: 45.8 -> 41.1 ms summed over the steps).
+        let steps = p.steps.len();
+        let job = OnWorker(move || -> Result<()> {
+            for i in 0..steps {
+                each(&mut run, i)?;
+            }
+            Ok(())
+        });
+        rayon::scope(move |_| job.call())?;
         p.outputs
             .iter()
             .map(|(id, shape)| read_dense(ptrs[id.index()], p.buffer(*id).dtype, shape))
@@ -441,4 +449,19 @@ fn check_args(p: &Program, k: &Kernel, args: &[BufId], what: &str) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// A run's steps sent to a worker of rayon's pool (see [`Executable::run_with`]).
+struct OnWorker<F>(F);
+
+// SAFETY: `rayon::scope` returns only once the closure has run, while the thread that called it
+// waits, so what the closure borrows (the bound buffers, raw pointers into the arena) outlives
+// it and is used by one thread at a time, as it was on the calling thread.
+unsafe impl<F> Send for OnWorker<F> {}
+
+impl<F: FnOnce() -> Result<()>> OnWorker<F> {
+    /// Runs the closure (a method, so that a `move` closure takes the whole wrapper along).
+    fn call(self) -> Result<()> {
+        (self.0)()
+    }
 }
