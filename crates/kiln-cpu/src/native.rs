@@ -7,7 +7,7 @@
 //! GEMM's threads).
 
 use crate::compiled::LaunchKernel;
-use crate::toolchain::{KernelFn, NativeLibrary};
+use crate::toolchain::{ColsFn, KernelFn, NativeLibrary};
 use kiln_ir::{Error, Result};
 use kiln_sched::{Kernel, Program};
 use std::collections::HashMap;
@@ -25,6 +25,8 @@ pub struct NativeKernels {
 
 struct Loaded {
     fns: HashMap<String, KernelFn>,
+    /// The column-block twins of the kernels that have one, by kernel name.
+    cols: HashMap<String, ColsFn>,
     // Declared after `fns` so the functions are dropped before the library they point into.
     _lib: NativeLibrary,
 }
@@ -33,11 +35,16 @@ impl NativeKernels {
     /// Loads the library at `path` and resolves every kernel `program` launches.
     pub fn load(path: &Path, program: &Program) -> Result<NativeKernels> {
         let lib = NativeLibrary::load(path)?;
-        let mut fns = HashMap::new();
+        let (mut fns, mut cols) = (HashMap::new(), HashMap::new());
         for k in program.kernels() {
             fns.insert(k.name.clone(), lib.kernel(&k.name)?);
+            if crate::codegen::has_cols(k)
+                && let Some(f) = lib.kernel_cols(&crate::codegen::cols_name(k))
+            {
+                cols.insert(k.name.clone(), f);
+            }
         }
-        Ok(NativeKernels { loaded: Arc::new(Loaded { fns, _lib: lib }), sizes: Vec::new() })
+        Ok(NativeKernels { loaded: Arc::new(Loaded { fns, cols, _lib: lib }), sizes: Vec::new() })
     }
 
     /// The same library's kernels launched with the symbols of a size-generic library set to
@@ -49,6 +56,11 @@ impl NativeKernels {
 }
 
 impl LaunchKernel for NativeKernels {
+    fn cols_fn(&self, kernel: &Kernel) -> Option<ColsFn> {
+        // A size-generic library has no twins (its kernels also take the sizes).
+        self.loaded.cols.get(&kernel.name).copied().filter(|_| self.sizes.is_empty())
+    }
+
     fn launch(&self, kernel: &Kernel, args: &[*mut u8], begin: i64, end: i64) -> Result<()> {
         self.launch_split(kernel, args, begin, end, None)
     }

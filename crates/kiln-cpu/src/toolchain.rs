@@ -10,6 +10,10 @@ use std::process::Command;
 /// `begin..end` the launched range of the first outer loop.
 pub type KernelFn = unsafe extern "C" fn(*const *mut c_void, i64, i64);
 
+/// An epilogue's twin over a block of rows and columns (see [`crate::codegen::cols_name`]):
+/// `(args, begin, end, cbegin, cend)`.
+pub type ColsFn = unsafe extern "C" fn(*const *mut c_void, i64, i64, i64, i64);
+
 /// Flags for every compile. No `-ffast-math` (it would break NaN/Inf semantics);
 /// `-ffp-contract=off` keeps `a*b+c` two roundings, as the interpreter computes it.
 /// `-fno-trapping-math` says no floating-point exception is observed (kiln never reads the
@@ -188,6 +192,13 @@ impl NativeLibrary {
             ))
         })?;
         Ok(*sym)
+    }
+
+    /// The column-block twin of kernel `name` (see [`crate::codegen::cols_name`]), when the
+    /// library has one.
+    pub fn kernel_cols(&self, name: &str) -> Option<ColsFn> {
+        // SAFETY: every exported `*_cols` twin has the `ColsFn` signature (codegen's contract).
+        unsafe { self.lib.get::<ColsFn>(name.as_bytes()) }.ok().map(|sym| *sym)
     }
 
     /// Where the library was loaded from.

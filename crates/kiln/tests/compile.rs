@@ -277,3 +277,46 @@ fn half_models_plan_externs_only_for_cuda_and_compile_for_the_cpu() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A small `[..]` f32 tensor of deterministic values in [-1, 1).
+fn values(shape: &[usize], seed: u32) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n as u32).map(|i| ((i.wrapping_mul(2654435761) ^ seed.wrapping_mul(40503)) % 2001) as f32 / 1000.0 - 1.0).collect();
+    HostTensor::from_vec(v, shape).unwrap()
+}
+
+/// Convs on kiln's GEMM run their bias and epilogue on each block of the output as the GEMM
+/// finishes it (the epilogue's `_cols` twin in the generated C): a 1x1 conv read in place and
+/// a stride-2 3x3 one through im2col, with more output channels than one 6-row tile, more
+/// pixels than one sweep of panels and a narrow last panel, and a residual in the epilogue,
+/// against the reference interpreter.
+#[test]
+fn conv_epilogues_run_on_each_block_the_gemm_finishes() {
+    use kiln_ir::{BinaryOp, Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};
+    if !c_compiler_present() {
+        return;
+    }
+    let dir = cache_dir("conv-blocks");
+    for (c, o, hw, k, stride) in [(40, 70, 20, 1, 1), (40, 70, 21, 1, 1), (24, 13, 13, 3, 2), (9, 32, 12, 1, 1)] {
+        let pad = k / 2;
+        let attrs = Conv2dAttrs { stride: [stride; 2], padding: [pad; 4], dilation: [1, 1], groups: 1, channels_last: false };
+        let mut g = Graph::new();
+        let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[1, c, hw, hw])));
+        let w = g.constant(values(&[o, c, k, k], 1));
+        let b = g.constant(values(&[o], 2));
+        let y = g.add(Op::Conv2d(attrs), &[x, w, b]).unwrap();
+        let dims = g.ty(y).shape.as_fixed().unwrap();
+        let skip = g.input("skip", TensorType::new(DType::F32, Shape::fixed(&dims)));
+        let y = g.add(Op::Binary(BinaryOp::Add), &[y, skip]).unwrap();
+        let y = g.add(Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+        g.output(y);
+        let xs = vec![values(&[1, c, hw, hw], 3), values(&dims, 4)];
+        let want = kiln_cpu::run(&g, &xs).unwrap();
+        let (program, _) = plan(&g, &shapes(&xs), &opts(&dir)).unwrap();
+        let source = kiln_cpu::codegen::render_c(&program).unwrap();
+        assert!(source.contains("_epilogue_cols("), "no column-block twin in\n{source}");
+        let got = compile(&g, &shapes(&xs), &opts(&dir)).unwrap().run(&xs).unwrap();
+        compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("c {c} o {o} {hw}x{hw} k {k} s {stride}: {e}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -32,15 +32,46 @@ pub fn work_per_row(k: &Kernel) -> u64 {
         .max(1)
 }
 
-/// The C function for `k` (without the prelude).
+/// The C function for `k` (without the prelude), and its [`cols_name`] twin when
+/// [`has_cols`] says `k` has one.
 pub fn render_kernel(k: &Kernel) -> Result<String> {
     render_kernel_sized(k, 0)
 }
 
+/// True when `k` also gets a twin that runs a block of its columns (see [`cols_name`]): an
+/// extern's epilogue (named `*_epilogue`: outer loops row, column) of one pointwise store,
+/// without peeled loops or kept row values, which a GEMM launches on each block of its
+/// output as soon as the block is final, while it is still in cache.
+pub fn has_cols(k: &Kernel) -> bool {
+    k.name.ends_with("_epilogue")
+        && k.outer.len() == 2
+        && matches!(&k.stages[..], [Stage::Store { loops, .. }] if loops.is_empty())
+        && matches!(Peel::plan(k), Ok(None))
+        && matches!(RowValues::plan(k), Ok(None))
+}
+
+/// The name of `k`'s twin `void NAME_cols(void* const* args, int64_t begin, int64_t end,
+/// int64_t cbegin, int64_t cend)`, which runs rows `begin..end` of the first outer loop and
+/// points `cbegin..cend` of the second.
+pub fn cols_name(k: &Kernel) -> String {
+    format!("{}_cols", k.name)
+}
+
 /// [`render_kernel`] for a size-generic translation unit ([`super::generic`]): after its
 /// buffers, the kernel reads `symbols` sizes `s0, s1, ..` from one more argument, an array of
-/// `int64_t`.
+/// `int64_t` (with `symbols > 0`, no column-block twin).
 pub fn render_kernel_sized(k: &Kernel, symbols: usize) -> Result<String> {
+    let mut out = render_fn(k, symbols, false)?;
+    // Size-generic kernels get no twin: the GEMMs' blocks are for libraries of fixed sizes.
+    if symbols == 0 && has_cols(k) {
+        out.push('\n');
+        out.push_str(&render_fn(k, 0, true)?);
+    }
+    Ok(out)
+}
+
+/// The C function for `k`, or with `cols` its [`cols_name`] twin (for a [`has_cols`] kernel).
+fn render_fn(k: &Kernel, symbols: usize, cols: bool) -> Result<String> {
     check_identifier(&k.name)?;
     let mut w = Writer::default();
     w.line(&format!(
@@ -49,10 +80,17 @@ pub fn render_kernel_sized(k: &Kernel, symbols: usize) -> Result<String> {
         loop_list(&k.outer),
         k.stages.len()
     ));
-    w.open(&format!(
-        "void {}(void* const* args, int64_t begin, int64_t end)",
-        k.name
-    ));
+    if cols {
+        w.open(&format!(
+            "void {}(void* const* args, int64_t begin, int64_t end, int64_t cbegin, int64_t cend)",
+            cols_name(k)
+        ));
+    } else {
+        w.open(&format!(
+            "void {}(void* const* args, int64_t begin, int64_t end)",
+            k.name
+        ));
+    }
     for (i, a) in k.args.iter().enumerate() {
         let ty = storage_ctype(a.dtype);
         let (name, konst) = arg_name(k, i as u32);
@@ -99,6 +137,10 @@ pub fn render_kernel_sized(k: &Kernel, symbols: usize) -> Result<String> {
                 "if (end > {}) end = {};",
                 first.extent, first.extent
             ));
+            if let (true, Some(second)) = (cols, rest.first()) {
+                w.line("if (cbegin < 0) cbegin = 0;");
+                w.line(&format!("if (cend > {e}) cend = {e};", e = second.extent));
+            }
             // No `omp parallel` here: the runtime splits begin..end over its thread pool (the
             // one the GEMMs use), because two pools on the same cores fight (an OpenMP team
             // spinning after each kernel made resnet50 8x slower next to the GEMM's threads).
@@ -110,7 +152,10 @@ pub fn render_kernel_sized(k: &Kernel, symbols: usize) -> Result<String> {
             let peeled = Peel::plan(k)?.zip(rest.split_last());
             let open = peeled.as_ref().map_or(rest, |(_, (_, middle))| *middle);
             for l in open {
-                w.open(&loop_header(l));
+                match cols && l.var == rest[0].var {
+                    true => w.open(&format!("for (int64_t i{v} = cbegin; i{v} < cend; i{v}++)", v = l.var)),
+                    false => w.open(&loop_header(l)),
+                }
             }
             match &peeled {
                 Some((peel, (inner, _))) => peel.render(&mut w, k, inner, &locals)?,

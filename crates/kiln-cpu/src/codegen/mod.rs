@@ -15,7 +15,7 @@ pub mod expr;
 pub mod generic;
 pub mod row_values;
 
-pub use c::{PAR_MIN_WORK, render_kernel, render_kernel_sized, work_per_row};
+pub use c::{PAR_MIN_WORK, cols_name, has_cols, render_kernel, render_kernel_sized, work_per_row};
 pub use generic::Template;
 
 use kiln_ir::Result;

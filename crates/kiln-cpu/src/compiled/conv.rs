@@ -5,9 +5,10 @@
 //! 3x3 stride-1 convs with constant weights run by Winograd's F(4x4, 3x3) when they fit
 //! (`conv_winograd`), other KxK convs with constant weights on the conv tiles (`conv_tiles`); other
 //! one-group convs with constant weights run on kiln's GEMM with the weights packed once
-//! (`gemm::gemm_a`, where kiln's GEMM runs), a whole image per call, then its bias and
-//! epilogue; their im2col matrix is built in the executable's scratch already in the GEMM's
-//! panels of 16 pixels (`im2col_panels`). On the `gemm` crate, output channels are done in
+//! (`gemm::gemm_a`, where kiln's GEMM runs), a whole image per call, the bias and epilogue on
+//! each block of the output as the GEMM finishes it where the epilogue allows (`Epi::blocks`),
+//! else on the whole image after it; their im2col matrix is built in the executable's scratch
+//! already in the GEMM's panels of 16 pixels (`im2col_panels`). On the `gemm` crate, output channels are done in
 //! blocks of rows; each block gets its bias and then the epilogue while it is still in cache.
 
 #[cfg(target_arch = "x86_64")]
@@ -252,6 +253,39 @@ pub(crate) fn run(
         for img in 0..g.n {
             let x_off = x.offset + img * x.strides[0];
             let out = pout.wrapping_add(img * g.o * p);
+            let row0 = img * g.o;
+            if epi.blocks() {
+                // The bias and the epilogue on each block of the output as the GEMM finishes
+                // it, while it is in cache (a separate pass read the whole output back).
+                let failed = std::sync::Mutex::new(None);
+                let out_at = out as usize;
+                let done = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+                    if let Some(b) = bias {
+                        for r in rows.clone() {
+                            // SAFETY: row r's columns `cols` are inside image img's output.
+                            let row = unsafe { std::slice::from_raw_parts_mut((out_at as *mut f32).add(r * p + cols.start), cols.len()) };
+                            row.iter_mut().for_each(|v| *v += b[r]);
+                        }
+                    }
+                    if let (Err(e), Ok(mut first)) = (epi.block(row0 + rows.start..row0 + rows.end, cols), failed.lock()) {
+                        first.get_or_insert(e);
+                    }
+                };
+                // SAFETY: as for the GEMM below; `done` writes only the block it is given.
+                unsafe {
+                    match direct_input(&g, x) {
+                        Some(cs) => gemm::gemm_a_then(wa, p, px.add(x_off), x.strides[1] as isize, cs as isize, out, p, &done),
+                        None => {
+                            im2col_panels(&g, x, px, x_off, scratch);
+                            gemm::gemm_a_panels_then(wa, p, scratch.as_ptr(), out, p, &done)
+                        }
+                    }
+                };
+                if let Some(e) = failed.into_inner().ok().flatten() {
+                    return Err(e);
+                }
+                continue;
+            }
             // SAFETY: the input view was checked inside its buffer and holds the [K, P]
             // right-hand side (as it lies, or as the im2col of image img); image img's O rows
             // of P are inside the output, which overlaps no input.
@@ -268,7 +302,7 @@ pub(crate) fn run(
                 // SAFETY: as above.
                 add_bias(unsafe { std::slice::from_raw_parts_mut(out, g.o * p) }, b, p);
             }
-            epi.rows(img * g.o, (img + 1) * g.o)?;
+            epi.rows(row0, row0 + g.o)?;
         }
         return Ok(());
     }

@@ -1,12 +1,15 @@
 //! Running one step of a program on bound buffers.
 
 use super::launch::LaunchKernel;
+use crate::toolchain::ColsFn;
 use super::tuning::StepTuning;
 use super::views::{read_view, write_dense};
 use super::prepack::Prepacked;
 use super::{conv, matmul};
 use kiln_ir::{DType, Error, HostTensor, Op, Result};
+use kiln_sched::kernel::{Expr, Idx, Stage};
 use kiln_sched::{BufId, BufKind, BufView, Epilogue, ExternOp, Program, StepKind};
+use std::ops::Range;
 
 /// Runs one step with the knobs `tune`; `ptrs[i]` is the memory of buffer `i` (checked by
 /// `Executable::new`).
@@ -46,11 +49,17 @@ pub(crate) fn run_step(
                     )));
                 }
             }
+            let out_bytes = p.buffer(*out).numel * 4;
+            let block = epilogue.as_ref().and_then(|e| {
+                let f = kernels.cols_fn(&e.kernel)?;
+                col_blocks_safe(e, ptrs, ptrs[out.index()], out_bytes).then(|| (f, bind(ptrs, &e.args)))
+            });
             let epi = Epi {
                 kernels,
                 epilogue: epilogue.as_ref(),
                 ptrs,
                 chunks: tune.chunks,
+                block,
             };
             match op {
                 ExternOp::MatMul => {
@@ -120,7 +129,15 @@ pub(crate) struct Epi<'a> {
     ptrs: &'a [*mut u8],
     /// How each epilogue launch is split over threads (`None`: the runner decides).
     chunks: Option<usize>,
+    /// The epilogue's column-block twin and its bound arguments, when the epilogue may run on
+    /// any block of rows and columns once it is final ([`Epi::block`]).
+    block: Option<(ColsFn, Vec<*mut u8>)>,
 }
+
+// SAFETY: an `Epi` only hands its buffer pointers to the kernels it launches; threads that
+// share one launch it on disjoint blocks of the output ([`Epi::block`]), which write disjoint
+// elements (`col_blocks_safe`).
+unsafe impl Sync for Epi<'_> {}
 
 impl Epi<'_> {
     /// True when there is an epilogue (externs then work in row blocks).
@@ -142,6 +159,27 @@ impl Epi<'_> {
         )
     }
 
+    /// True when [`Epi::block`] runs the epilogue: the runner has the kernel's column-block
+    /// twin and the kernel reads and writes what the extern writes only at the point it runs.
+    pub(crate) fn blocks(&self) -> bool {
+        self.block.is_some()
+    }
+
+    /// Runs the epilogue on the block of output rows `rows` by columns `cols` (the points of
+    /// each row), on this thread; an error where [`Epi::blocks`] is false.
+    pub(crate) fn block(&self, rows: Range<usize>, cols: Range<usize>) -> Result<()> {
+        let Some((f, args)) = &self.block else {
+            return Err(Error::Value("this epilogue does not run in blocks".into()));
+        };
+        // SAFETY: the arguments were bound to this step's buffers (LaunchKernel's contract,
+        // checked when the executable was built); `col_blocks_safe` held, so the block writes
+        // only its own points.
+        unsafe {
+            f(args.as_ptr() as *const *mut std::ffi::c_void, rows.start as i64, rows.end as i64, cols.start as i64, cols.end as i64)
+        };
+        Ok(())
+    }
+
     /// Checks that the epilogue's first outer loop covers the extern's `rows` output rows.
     pub(crate) fn check_rows(&self, rows: usize) -> Result<()> {
         let Some(e) = self.epilogue else {
@@ -156,6 +194,44 @@ impl Epi<'_> {
             ))),
         }
     }
+}
+
+/// True when epilogue `e` gives the same results run block by block, each block as soon as
+/// the extern has written it: its one store and every load of memory that the epilogue or the
+/// extern writes (`out`, `out_bytes` long) are at the point it runs (`row * cols + col`), so no
+/// block reads what another block writes. Other loads (a residual, per-channel constants)
+/// may be anywhere.
+fn col_blocks_safe(e: &Epilogue, ptrs: &[*mut u8], out: *mut u8, out_bytes: usize) -> bool {
+    let k = &e.kernel;
+    let [row, col] = &k.outer[..] else {
+        return false;
+    };
+    let at_point = |ix: &Idx| {
+        ix.affine().is_some_and(|(coef, c)| {
+            let of = |v| coef.get(&v).copied().unwrap_or(0);
+            c == 0
+                && of(col.var) == 1
+                && (row.extent == 1 || of(row.var) == col.extent as i64)
+                && coef.iter().all(|(&v, &a)| a == 0 || v == row.var || v == col.var)
+        })
+    };
+    let span = |i: u32| {
+        let (a, b) = (&k.args[i as usize], e.args[i as usize]);
+        let start = ptrs[b.index()] as usize;
+        start..start + a.len * a.dtype.size_of()
+    };
+    let mut written = vec![out as usize..out as usize + out_bytes];
+    for stage in &k.stages {
+        match stage {
+            Stage::Store { loops, arg, index, .. } if loops.is_empty() && at_point(index) => written.push(span(*arg)),
+            _ => return false,
+        }
+    }
+    let overlaps = |r: &Range<usize>| written.iter().any(|w| w.start < r.end && r.start < w.end);
+    k.exprs.iter().all(|n| match &n.expr {
+        Expr::Load { arg, index } => !overlaps(&span(*arg)) || at_point(index),
+        _ => true,
+    })
 }
 
 /// f32 elements of scratch an extern needs (`None` when it needs none), given the constant

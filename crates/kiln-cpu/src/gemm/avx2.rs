@@ -72,7 +72,8 @@ pub(super) unsafe fn block(
 }
 
 /// Row tiles `tiles`, panels `panels` of `c = a @ b` for a packed `a` (see
-/// [`super::gemm_a`]); `wide` as for [`block`]. For each block of 8 panels, `b` is packed (read
+/// [`super::gemm_a`]); `wide` as for [`block`]; `done` called on each tile's rows of a block
+/// of panels after its last pass over the depth. For each block of 8 panels, `b` is packed (read
 /// where it lies when it is already in panels, or when its rows are whole cache lines) as many
 /// rows at a time as fit [`B_BLOCK_BYTES`] of L2, and each tile
 /// of `a` then runs all of that block's depth before the next tile starts: the tile's 6 x 256
@@ -95,6 +96,7 @@ pub(super) unsafe fn block_a(
     c: *mut f32,
     ldc: usize,
     wide: bool,
+    done: Option<super::Done>,
 ) {
     let (m, k) = (a.m, a.k);
     // A right-hand side of whole 64-byte rows on 64-byte lines (a 1x1 conv's image of 56x56 or
@@ -149,6 +151,9 @@ pub(super) unsafe fn block_a(
                         };
                         t.sweep(ROWS.min(m - i), q1 - q0, step, n - q0 * PANEL, wide);
                     }
+                }
+                if let (Some(done), true) = (done, r1 == k) {
+                    done(i..(i + ROWS).min(m), cols.clone());
                 }
             }
         }

@@ -291,7 +291,23 @@ impl PackedA {
 /// `c` holds `m` rows of `n` values `ldc` apart and overlaps neither operand.
 pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize, c: *mut f32, ldc: usize) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc) }
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc, None) }
+}
+
+/// Called with (rows, columns) of `c` as soon as that block is final, by the thread that
+/// wrote it, while the block is still in its cache: a conv's epilogue runs there (ONNX
+/// Runtime's MLAS likewise post-processes each block of its output as it finishes it). Every
+/// element of `c` is in exactly one block.
+pub type Done<'a> = &'a (dyn Fn(Range<usize>, Range<usize>) + Sync);
+
+/// [`gemm_a`], calling `done` on each block of `c` once it is final (see [`Done`]).
+///
+/// # Safety
+/// As [`gemm_a`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_a_then(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize, c: *mut f32, ldc: usize, done: Done) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc, Some(done)) }
 }
 
 /// `c[m, n] = a @ b` for a right-hand side already laid out as [`PackedB`] lays out its data
@@ -304,7 +320,16 @@ pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize,
 /// overlaps neither operand.
 pub unsafe fn gemm_a_panels(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Panels(b), c, ldc) }
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Panels(b), c, ldc, None) }
+}
+
+/// [`gemm_a_panels`], calling `done` on each block of `c` once it is final (see [`Done`]).
+///
+/// # Safety
+/// As [`gemm_a_panels`].
+pub unsafe fn gemm_a_panels_then(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize, done: Done) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Panels(b), c, ldc, Some(done)) }
 }
 
 /// [`gemm_a_panels`] on the calling thread alone: for callers that run many small products
@@ -314,7 +339,7 @@ pub unsafe fn gemm_a_panels(a: &PackedA, n: usize, b: *const f32, c: *mut f32, l
 /// As [`gemm_a_panels`].
 pub unsafe fn gemm_a_panels_here(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(1, a, n, Rhs::Panels(b), c, ldc) }
+    unsafe { gemm_a_on(1, a, n, Rhs::Panels(b), c, ldc, None) }
 }
 
 /// The right-hand side of a [`gemm_a`]-style product.
@@ -330,7 +355,7 @@ enum Rhs {
 ///
 /// # Safety
 /// As [`gemm_a`] for a strided `b`, [`gemm_a_panels`] for one in panels.
-unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, ldc: usize) {
+unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, ldc: usize, done: Option<Done>) {
     assert!(supported(), "kiln_cpu::gemm needs AVX2 and FMA");
     let (m, k) = (a.m, a.k);
     if m == 0 || n == 0 {
@@ -339,9 +364,12 @@ unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, 
     if k == 0 {
         // SAFETY: c holds m rows of n values ldc apart (the caller's contract).
         unsafe { zero_rows(m, n, c, ldc) };
+        if let Some(done) = done {
+            done(0..m, 0..n);
+        }
         return;
     }
-    let job = JobA { a, n, b, c, ldc };
+    let job = JobA { a, n, b, c, ldc, done };
     let (panels, tiles) = (n.div_ceil(PANEL), m.div_ceil(ROWS));
     if threads < 2 || m * n * k < PAR_WORK {
         job.run(0..tiles, 0..panels);
@@ -370,9 +398,11 @@ struct JobA<'a> {
     b: Rhs,
     c: *mut f32,
     ldc: usize,
+    done: Option<Done<'a>>,
 }
 
-// SAFETY: threads only read `a` and `b` and write disjoint blocks of `c` (see `gemm_a`).
+// SAFETY: threads only read `a` and `b` and write disjoint blocks of `c` (see `gemm_a`);
+// `done` is Sync.
 unsafe impl Sync for JobA<'_> {}
 
 impl JobA<'_> {
@@ -381,7 +411,7 @@ impl JobA<'_> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `gemm_a`'s caller vouched for the operands; `gemm_a` checked the CPU.
         unsafe {
-            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.c, self.ldc, wide())
+            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.c, self.ldc, wide(), self.done)
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (tiles, panels);
