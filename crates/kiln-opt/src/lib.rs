@@ -2,7 +2,7 @@
 //! or imported graph into a smaller graph of primitives for the scheduler.
 //!
 //! - [`rewrite`]: the one way passes change a graph (rebuild with an old→new id map);
-//! - [`passes`]: fold, simplify, bn_fold, decompose, cse, dce (one file each);
+//! - [`passes`]: fold, simplify, bn_fold, pool_first, decompose, channels_last, space_to_depth, cse, merge_matmuls, layout, dce (one file each);
 //! - [`optimize`]: runs them in order, as [`OptOptions`] (or `KILN_DISABLE_PASSES`) says.
 
 mod manager;

@@ -1,7 +1,7 @@
 //! The pass manager: runs the passes in their fixed order, logs and times each one, and checks
 //! the graph after each so a broken pass is named where it breaks.
 
-use crate::passes::{BnFold, ChannelsLast, Cse, Dce, Decompose, Fold, Layout, MergeMatmuls, Pass, Simplify, SpaceToDepth};
+use crate::passes::{BnFold, ChannelsLast, Cse, Dce, Decompose, Fold, Layout, MergeMatmuls, Pass, PoolFirst, Simplify, SpaceToDepth};
 use kiln_ir::{Error, Graph, Op, Result, TensorType};
 use std::time::Instant;
 
@@ -10,7 +10,7 @@ pub const DISABLE_ENV: &str = "KILN_DISABLE_PASSES";
 
 /// The names of every pass, as `KILN_DISABLE_PASSES` and [`OptOptions::disabled`] accept them.
 pub fn pass_names() -> &'static [&'static str] {
-    &["fold", "simplify", "bn_fold", "decompose", "channels_last", "space_to_depth", "cse", "merge_matmuls", "layout", "dce"]
+    &["fold", "simplify", "bn_fold", "pool_first", "decompose", "channels_last", "space_to_depth", "cse", "merge_matmuls", "layout", "dce"]
 }
 
 /// What [`optimize`] does.
@@ -113,9 +113,9 @@ pub struct PassReport {
     pub micros: u64,
 }
 
-/// Runs fold → simplify → bn_fold → decompose → fold → simplify → channels_last → space_to_depth →
+/// Runs fold → simplify → bn_fold → pool_first → decompose → fold → simplify → channels_last → space_to_depth →
 /// cse → merge_matmuls → layout → dce on a copy of `graph`, skipping disabled passes (and
-/// channels_last and space_to_depth but for [`Target::Gpu`]). The result computes the same outputs from the same
+/// channels_last and space_to_depth but for [`Target::Gpu`], pool_first but for the CPU). The result computes the same outputs from the same
 /// inputs (in order) and passes [`kiln_ir::verify`]. Each pass logs one line at target
 /// `kiln::graph` (info) and the graph after it (debug).
 pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassReport>)> {
@@ -124,14 +124,15 @@ pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassRepo
     let gpu = opts.target == Target::Gpu;
     let bn_fold = BnFold { into_weights: gpu, channels_last: gpu && !opts.disabled.iter().any(|d| d == "channels_last") };
     let decompose = Decompose { keep: opts.keep };
-    let pipeline: [&dyn Pass; 12] = [
-        &Fold, &Simplify, &bn_fold, &decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &MergeMatmuls, &Layout, &Dce,
+    let pipeline: [&dyn Pass; 13] = [
+        &Fold, &Simplify, &bn_fold, &PoolFirst, &decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &MergeMatmuls, &Layout, &Dce,
     ];
     let mut g = graph.clone();
     let mut reports = Vec::new();
     for pass in pipeline {
         let name = pass.name();
         let not_here = (matches!(name, "channels_last" | "space_to_depth") && opts.target != Target::Gpu)
+            || (name == "pool_first" && opts.target == Target::Gpu)
             || (name == "layout" && opts.packs_weights);
         if opts.disabled.iter().any(|d| d == name) || (name == "decompose" && !opts.decompose) || not_here {
             continue;

@@ -449,6 +449,7 @@ fn optimize_runs_the_pipeline_and_reports() {
             "fold",
             "simplify",
             "bn_fold",
+            "pool_first",
             "decompose",
             "fold",
             "simplify",
@@ -470,7 +471,7 @@ fn optimize_runs_the_pipeline_and_reports() {
     };
     let (kept, reports) = optimize(&g, &opts).unwrap();
     let names: Vec<&str> = reports.iter().map(|r| r.name).collect();
-    assert_eq!(names, ["fold", "bn_fold", "fold", "merge_matmuls", "layout", "dce"]);
+    assert_eq!(names, ["fold", "bn_fold", "pool_first", "fold", "merge_matmuls", "layout", "dce"]);
     assert_eq!(count(&kept, "softmax"), 1);
     assert_eq!(count(&kept, "mul"), 1);
 

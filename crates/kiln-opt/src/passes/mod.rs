@@ -9,6 +9,7 @@ mod decompose;
 mod fold;
 mod layout;
 mod merge_matmuls;
+mod pool_first;
 mod simplify;
 mod space_to_depth;
 
@@ -20,6 +21,7 @@ pub use decompose::Decompose;
 pub use fold::Fold;
 pub use layout::Layout;
 pub use merge_matmuls::MergeMatmuls;
+pub use pool_first::PoolFirst;
 pub use simplify::Simplify;
 pub use space_to_depth::SpaceToDepth;
 
