@@ -149,8 +149,9 @@ fn main() {
             let mut c = vec![0.0f32; m * n];
             let (ours, crate_) = alternated_medians(
                 21,
+                // On a worker of the pool, as compiled steps run (see `Executable::run_with`).
                 // SAFETY: b is [k, n] and c [m, n], both dense.
-                || unsafe { kiln_cpu::gemm::gemm_a(&packed, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) },
+                || rayon::scope(|_| unsafe { kiln_cpu::gemm::gemm_a(&packed, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) }),
                 || drop(eval(&Op::MatMul, &[&a, &b]).expect("bench op runs")),
             );
             let flops = 2.0 * (m * k * n) as f64;

@@ -8,6 +8,7 @@ pub mod gemm;
 pub mod interpreter;
 pub mod kernels;
 pub mod native;
+pub mod par;
 pub mod toolchain;
 
 pub use eval::eval;

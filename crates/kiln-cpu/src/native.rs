@@ -105,17 +105,13 @@ impl LaunchKernel for NativeKernels {
             unsafe { f(args.as_ptr() as *const *mut c_void, begin, end) };
             return Ok(());
         }
-        let args = SendPtrs(args);
-        rayon::scope(|s| {
-            for c in 0..chunks {
-                let (b, e) = (begin + rows * c / chunks, begin + rows * (c + 1) / chunks);
-                let args = &args;
-                s.spawn(move |_| {
-                    // SAFETY: as above; outer points are independent (the kernel IR's rule),
-                    // so disjoint ranges write disjoint elements.
-                    unsafe { f(args.0.as_ptr() as *const *mut c_void, b, e) };
-                });
-            }
+        let args = &SendPtrs(args);
+        crate::par::for_each_task(chunks as usize, |c| {
+            let c = c as i64;
+            let (b, e) = (begin + rows * c / chunks, begin + rows * (c + 1) / chunks);
+            // SAFETY: as above; outer points are independent (the kernel IR's rule), so
+            // disjoint ranges write disjoint elements.
+            unsafe { f(args.as_ptr(), b, e) };
         });
         Ok(())
     }
@@ -126,3 +122,11 @@ struct SendPtrs<'a>(&'a [*mut u8]);
 
 // SAFETY: the pointers are only dereferenced by the kernel, on disjoint outer points.
 unsafe impl Sync for SendPtrs<'_> {}
+
+impl SendPtrs<'_> {
+    /// The pointer array, as a kernel takes it (a method, so that closures capture the whole
+    /// wrapper rather than its non-`Sync` field).
+    fn as_ptr(&self) -> *const *mut c_void {
+        self.0.as_ptr() as *const *mut c_void
+    }
+}

@@ -21,7 +21,6 @@ use super::raw;
 use super::steps::Epi;
 use kiln_ir::{Conv2dAttrs, Error, Result};
 use kiln_sched::{BufId, BufView};
-use rayon::prelude::*;
 use std::sync::OnceLock;
 
 /// Sizes of one convolution, checked against each other.
@@ -405,10 +404,10 @@ fn add_bias(out: &mut [f32], bias: &[f32], p: usize) {
     let add = |(row, &b): (&mut [f32], &f32)| row.iter_mut().for_each(|v| *v += b);
     // Only big outputs are worth splitting over the pool (this pass is memory-bound).
     if out.len() >= 1 << 16 {
-        out.par_chunks_exact_mut(p)
-            .with_min_len((1 << 14) / p + 1)
-            .zip(bias.par_iter())
-            .for_each(add);
+        let rows = (1 << 14) / p + 1;
+        crate::par::for_each_chunk_mut(out, rows * p, |t, block| {
+            block.chunks_exact_mut(p).zip(&bias[t * rows..]).for_each(add)
+        });
     } else {
         out.chunks_exact_mut(p).zip(bias).for_each(add);
     }

@@ -6,7 +6,7 @@
 use super::conv::Geom;
 use crate::gemm::{PANEL, gather_row};
 use kiln_sched::BufView;
-use rayon::prelude::*;
+use crate::par::{for_each_chunk_mut, for_each_task};
 
 /// f32 elements below which a rayon task is not worth its scheduling.
 const MIN_TASK: usize = 1 << 14;
@@ -38,14 +38,11 @@ pub(super) fn im2col(g: &Geom, x: &BufView, px: *const f32, x_off: usize, col: &
     // task when rows are short. The address travels as usize (raw pointers are not Send).
     let rows_per_task = (MIN_TASK / p).max(1);
     let base = px as usize;
-    col[..k * p]
-        .par_chunks_mut(rows_per_task * p)
-        .enumerate()
-        .for_each(|(t, chunk)| {
-            for (d, row) in chunk.chunks_exact_mut(p).enumerate() {
-                im2col_row(g, x, base as *const f32, x_off, t * rows_per_task + d, row);
-            }
-        });
+    for_each_chunk_mut(&mut col[..k * p], rows_per_task * p, |t, chunk| {
+        for (d, row) in chunk.chunks_exact_mut(p).enumerate() {
+            im2col_row(g, x, base as *const f32, x_off, t * rows_per_task + d, row);
+        }
+    });
 }
 
 /// Fills `out` with the im2col matrix of one (image, group) (see [`im2col`]) laid out as
@@ -65,7 +62,7 @@ pub(super) fn im2col_panels(g: &Geom, x: &BufView, px: *const f32, x_off: usize,
     assert!(out.len() >= p.div_ceil(PANEL) * k * PANEL, "im2col_panels: the scratch is too small");
     let rows_per_task = (MIN_TASK / p).max(1);
     let (base, dst) = (px as usize, out.as_mut_ptr() as usize);
-    (0..k.div_ceil(rows_per_task)).into_par_iter().for_each(|t| {
+    for_each_task(k.div_ceil(rows_per_task), |t| {
         let rows = t * rows_per_task..k.min((t + 1) * rows_per_task);
         // Kept per thread: a fresh block was allocated and zeroed by every task of every run,
         // though `im2col_row` writes each of its values.
@@ -164,11 +161,10 @@ pub(super) fn depthwise(
     }
     let per_plane = (p * g.kh * g.kw).max(1);
     let (px, pw) = (ops.px, ops.pw);
-    out.par_chunks_mut(p)
-        .with_min_len((MIN_TASK / per_plane).max(1))
-        .enumerate()
-        .for_each(|(d, plane)| {
-            let o = chans.start + d;
+    let planes = (MIN_TASK / per_plane).max(1);
+    for_each_chunk_mut(out, planes * p, |t, block| {
+        for (d, plane) in block.chunks_mut(p).enumerate() {
+            let o = chans.start + t * planes + d;
             let x = ops.x;
             let src = x.offset + img * x.strides[0] + (o / g.og) * x.strides[1];
             let wt = (pw as *const f32).wrapping_add(o * ops.w_rs);
@@ -179,7 +175,8 @@ pub(super) fn depthwise(
                 let b = b[o];
                 plane.iter_mut().for_each(|v| *v += b);
             }
-        });
+        }
+    });
 }
 
 /// One output plane: for each output row, every valid tap adds `w * input` over its span

@@ -5,7 +5,6 @@ use super::steps::Epi;
 use crate::gemm::{self, PackedB};
 use kiln_ir::{Error, Result};
 use kiln_sched::{BufId, BufView};
-use rayon::prelude::*;
 use std::sync::OnceLock;
 
 /// Multiply-adds below which one gemm call stays on one thread (as `kernels::matmul`).
@@ -86,7 +85,7 @@ pub(crate) fn run(
     // task, each on one thread, rather than each split over the pool in turn.
     if !epi.present() && packed.is_none() && batches >= 2 && m * n * k > 0 && m * n * k <= SMALL_WORK && rayon::current_num_threads() > 1 {
         let (pa, pb, po) = (pa as usize, pb as usize, po as usize);
-        (0..batches).into_par_iter().for_each(|bi| {
+        crate::par::for_each_task(batches, |bi| {
             let (oa, ob) = matrix_offsets(a, b, batch, bi);
             // SAFETY: as the loop below; each task writes only its own matrix of the output.
             unsafe {

@@ -188,12 +188,7 @@ const ROWS: usize = 6;
 
 /// Runs `part` on the rayon pool for each range of `step` units of `0..len`, and waits.
 fn in_parts(len: usize, step: usize, part: impl Fn(Range<usize>) + Sync) {
-    rayon::scope(|s| {
-        for start in (0..len).step_by(step) {
-            let part = &part;
-            s.spawn(move |_| part(start..(start + step).min(len)));
-        }
-    });
+    crate::par::for_each_task(len.div_ceil(step), |i| part(i * step..((i + 1) * step).min(len)));
 }
 
 /// Zeros `m` rows of `n` values `ldc` apart (a product over an empty inner dim).

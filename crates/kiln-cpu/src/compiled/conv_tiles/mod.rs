@@ -19,6 +19,7 @@ use crate::gemm::gather_row;
 use super::steps::Epi;
 use kiln_ir::Result;
 use kiln_sched::BufView;
+use crate::par::{for_each_chunk_mut, for_each_task};
 use rayon::prelude::*;
 
 mod avx2;
@@ -308,7 +309,7 @@ pub(crate) unsafe fn run(
             scratch.as_ptr()
         };
         let base = base as usize;
-        (0..panels * chunks).into_par_iter().for_each(|task| {
+        for_each_task(panels * chunks, |task| {
             let (panel, c) = (task / chunks, task % chunks);
             let rows = c * chunk..g.oh.min((c + 1) * chunk);
             let out = (pout_addr as *mut f32).wrapping_add((img * g.o + panel * lanes) * p);
@@ -340,20 +341,18 @@ unsafe fn pad_image(
 ) {
     let [pt, pl, ..] = g.a.padding;
     let px = px as usize;
-    dst.par_chunks_mut(hp * wp)
-        .enumerate()
-        .for_each(|(c, plane)| {
-            plane[..pt * wp].fill(0.0);
-            plane[(pt + g.h) * wp..].fill(0.0);
-            for y in 0..g.h {
-                let row = &mut plane[(pt + y) * wp..(pt + y + 1) * wp];
-                row[..pl].fill(0.0);
-                row[pl + g.w..].fill(0.0);
-                let at = x.offset + img * x.strides[0] + c * x.strides[1] + y * x.strides[2];
-                // SAFETY: c < C, y < H and the row's W elements: inside the checked view.
-                unsafe { gather_row(&mut row[pl..pl + g.w], (px as *const f32).add(at), x.strides[3] as isize) };
-            }
-        });
+    for_each_chunk_mut(dst, hp * wp, |c, plane| {
+        plane[..pt * wp].fill(0.0);
+        plane[(pt + g.h) * wp..].fill(0.0);
+        for y in 0..g.h {
+            let row = &mut plane[(pt + y) * wp..(pt + y + 1) * wp];
+            row[..pl].fill(0.0);
+            row[pl + g.w..].fill(0.0);
+            let at = x.offset + img * x.strides[0] + c * x.strides[1] + y * x.strides[2];
+            // SAFETY: c < C, y < H and the row's W elements: inside the checked view.
+            unsafe { gather_row(&mut row[pl..pl + g.w], (px as *const f32).add(at), x.strides[3] as isize) };
+        }
+    });
 }
 
 /// Output rows `rows` of one panel of `chans` (at most the ISA's lanes) channels starting at

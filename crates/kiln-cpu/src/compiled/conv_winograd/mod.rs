@@ -27,6 +27,7 @@ use super::steps::Epi;
 use crate::gemm::{self, PackedA};
 use kiln_ir::Result;
 use kiln_sched::BufView;
+use crate::par::{for_each_chunk_mut, for_each_task};
 use rayon::prelude::*;
 
 /// Output pixels per tile side.
@@ -272,7 +273,7 @@ pub(crate) unsafe fn run(
         split_image(g, &l, x, px, img, &mut split[SLACK..SLACK + c * l.plane()]);
         if chunks >= 2 * rayon::current_num_threads() {
             // SAFETY (both): chunks write disjoint parts of the scratch and of the output.
-            (0..chunks).into_par_iter().with_max_len(1).for_each(|i| {
+            for_each_task(chunks, |i| {
                 let ch = chunk(img, i);
                 unsafe { ch.input(0..c) };
                 unsafe { ch.multiply(0..XI) };
@@ -283,9 +284,9 @@ pub(crate) unsafe fn run(
                 let ch = chunk(img, i);
                 // SAFETY (all three): tasks write disjoint parts of the chunk's scratch and
                 // of the output.
-                (0..c).into_par_iter().with_min_len(4).for_each(|k| unsafe { ch.input(k..k + 1) });
-                (0..XI).into_par_iter().with_max_len(1).for_each(|xi| unsafe { ch.multiply(xi..xi + 1) });
-                (0..o).into_par_iter().with_min_len(4).for_each(|k| unsafe { ch.output(k..k + 1) });
+                for_each_task(c.div_ceil(4), |k| unsafe { ch.input(4 * k..(4 * k + 4).min(c)) });
+                for_each_task(XI, |xi| unsafe { ch.multiply(xi..xi + 1) });
+                for_each_task(o.div_ceil(4), |k| unsafe { ch.output(4 * k..(4 * k + 4).min(o)) });
             }
         }
         epi.rows(img * o, (img + 1) * o)?;
@@ -396,7 +397,7 @@ impl Chunk<'_> {
 fn split_image(g: &Geom, l: &Layout, x: &BufView, px: *const f32, img: usize, dst: &mut [f32]) {
     let [pt, pl, ..] = g.a.padding;
     let px = px as usize;
-    dst.par_chunks_mut(l.plane()).enumerate().for_each(|(c, plane)| {
+    for_each_chunk_mut(dst, l.plane(), |c, plane| {
         for (y, row) in plane.chunks_exact_mut(l.row).enumerate() {
             row.fill(0.0);
             if !(pt..pt + g.h).contains(&y) {
