@@ -65,6 +65,7 @@ unsafe fn run_k<const R: usize, const P: usize, const S: usize>(t: &Tile, step: 
             }
         };
         for _ in 0..t.depth / 4 {
+            super::avx2::prefetch_a(ap);
             for u in 0..4 {
                 one(&mut sets[u % S], ap.add(u * super::ROWS), bp.add(u * t.ldb));
             }
