@@ -39,6 +39,24 @@ pub struct Toolchain {
     pub cc: PathBuf,
     /// The first line of `cc --version`.
     pub version: String,
+    /// Flags that spread the build over this machine's cores ([`parallel_flags`]; empty when
+    /// the compiler is not GCC or the machine has one thread).
+    pub parallel: Vec<String>,
+}
+
+/// GCC's link-time optimisation in parallel partitions for a compiler whose `--version` says
+/// `version_text` on a machine of `threads` threads: the one translation unit is parsed once
+/// and its functions compiled by `threads` processes at once. Every kernel is its own
+/// function, so each is optimised as before (resnet50's library: the same size within 0.6%);
+/// GCC 12 on the 2-core VM built resnet50's 3000 lines in 1.45-1.6 s against 2.3-2.5 s (the
+/// partitions' minimum size lowered so that such a file splits at all). Clang's LTO needs a
+/// linker plugin that may be missing, so other compilers build as one process.
+pub fn parallel_flags(version_text: &str, threads: usize) -> Vec<String> {
+    let gcc = version_text.contains("Free Software Foundation") && !version_text.contains("clang");
+    if !gcc || threads < 2 {
+        return Vec::new();
+    }
+    vec![format!("-flto={threads}"), "--param=lto-min-partition=500".into()]
 }
 
 impl Toolchain {
@@ -81,38 +99,48 @@ impl Toolchain {
                 out.status
             )));
         }
-        let version = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        Ok(Toolchain { cc, version })
+        let text = String::from_utf8_lossy(&out.stdout);
+        let version = text.lines().next().unwrap_or("").trim().to_string();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let parallel = parallel_flags(&text, threads);
+        Ok(Toolchain { cc, version, parallel })
     }
 
     /// A string naming the compiler, its version and the flags, for cache keys.
     pub fn id(&self) -> String {
         format!(
-            "{} | {} | {}",
+            "{} | {} | {} {}",
             self.cc.display(),
             self.version,
-            FLAGS.join(" ")
+            FLAGS.join(" "),
+            self.parallel.join(" ")
         )
     }
 
     /// Compiles `source` into the shared library `out`. The source is written next to it
     /// (`out` with extension `.c`) for debugging; the library is built under a temporary name
-    /// and renamed, so a concurrent reader never sees a half-written file.
+    /// and renamed, so a concurrent reader never sees a half-written file. A build with the
+    /// [`parallel_flags`] that fails is tried once more without them (a GCC without its LTO
+    /// plugin), whose error is the one reported.
     pub fn compile_shared(&self, source: &str, out: &Path) -> Result<()> {
         let c_path = out.with_extension("c");
         std::fs::write(&c_path, source)
             .map_err(|e| Error::Io(format!("writing C source {}: {e}", c_path.display())))?;
+        if !self.parallel.is_empty() && self.build(&c_path, out, &self.parallel).is_ok() {
+            return Ok(());
+        }
+        self.build(&c_path, out, &[])
+    }
+
+    /// Builds the C file `c_path` into the shared library `out` with [`FLAGS`] and `extra`.
+    fn build(&self, c_path: &Path, out: &Path, extra: &[String]) -> Result<()> {
         let tmp = out.with_extension(format!("tmp{}.so", std::process::id()));
         let res = Command::new(&self.cc)
             .args(FLAGS)
+            .args(extra)
             .arg("-o")
             .arg(&tmp)
-            .arg(&c_path)
+            .arg(c_path)
             .arg("-lm")
             .output()
             .map_err(|e| {

@@ -5,7 +5,7 @@
 //! few ulps for reassociated sums and erf). Skipped, with a note, when no C compiler exists.
 
 use kiln_cpu::codegen::{render_kernel, render_kernels};
-use kiln_cpu::toolchain::{NativeLibrary, Toolchain, cpu_features};
+use kiln_cpu::toolchain::{NativeLibrary, Toolchain, cpu_features, parallel_flags};
 use kiln_ir::{BinaryOp, DType, HostTensor, Op, PadMode, ReduceOp, Storage, UnaryOp};
 use kiln_sched::kernel::{Arg, Expr, ExprId, Idx, Kernel, Literal, Loop, Stage};
 use std::ffi::c_void;
@@ -1492,7 +1492,26 @@ fn toolchain_reports_missing_compilers_and_compile_errors() {
     assert!(dir.join("bad.c").exists() && !dir.join("bad.so").exists());
     let lib_err = NativeLibrary::load(&dir.join("missing.so")).unwrap_err();
     assert!(lib_err.to_string().contains("missing.so"), "{lib_err}");
+    // A build whose parallel flags the compiler rejects is done again without them.
+    let odd = Toolchain { parallel: vec!["--kiln-no-such-flag".into()], ..tc.clone() };
+    odd.compile_shared("int kiln_fallback(void) { return 7; }", &dir.join("fallback.so"))
+        .expect("the build without the rejected flag");
+    assert!(dir.join("fallback.so").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn gcc_builds_in_parallel_partitions_and_other_compilers_in_one_process() {
+    let gcc = "gcc (Debian 12.2.0-14) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.\n";
+    assert_eq!(parallel_flags(gcc, 2), ["-flto=2", "--param=lto-min-partition=500"]);
+    assert_eq!(parallel_flags(gcc, 8)[0], "-flto=8");
+    assert!(parallel_flags(gcc, 1).is_empty(), "one thread: nothing to spread");
+    let clang = "Debian clang version 14.0.6\nTarget: x86_64-pc-linux-gnu\n";
+    assert!(parallel_flags(clang, 4).is_empty());
+    if let Ok(tc) = Toolchain::detect() {
+        // The flags are part of the cache key: a library built otherwise is not reused.
+        assert!(tc.id().ends_with(&tc.parallel.join(" ")), "{}", tc.id());
+    }
 }
 
 /// Float max / min reductions are `simd` reductions through the prelude's NaN-wins operators
