@@ -120,24 +120,6 @@ fn main() {
             let flops = 2.0 * (m * k * n) as f64;
             report(name, flops, ours);
             report("  (gemm crate, same shapes)", flops, crate_);
-            // Ours again with the weights out of cache, as a model bigger than the cache meets
-            // them on every run: runs cycle through copies of them over 64 MB.
-            // SAFETY: as above.
-            let copies: Vec<_> = (0..(64 << 20) / (4 * m * k) + 1)
-                .map(|_| unsafe { kiln_cpu::gemm::PackedA::pack(m, k, av.as_ptr(), k as isize, 1) })
-                .collect();
-            let mut next = 0;
-            let (cold, _) = alternated_medians(
-                21,
-                || {
-                    next += 1;
-                    let w = &copies[next % copies.len()];
-                    // SAFETY: as above.
-                    rayon::scope(|_| unsafe { kiln_cpu::gemm::gemm_a(w, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) })
-                },
-                || {},
-            );
-            report("  (ours, weights out of cache)", flops, cold);
         }
     }
 
