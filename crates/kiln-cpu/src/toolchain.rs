@@ -123,9 +123,7 @@ impl Toolchain {
     /// [`parallel_flags`] that fails is tried once more without them (a GCC without its LTO
     /// plugin), whose error is the one reported.
     pub fn compile_shared(&self, source: &str, out: &Path) -> Result<()> {
-        let c_path = out.with_extension("c");
-        std::fs::write(&c_path, source)
-            .map_err(|e| Error::Io(format!("writing C source {}: {e}", c_path.display())))?;
+        let c_path = write_source(source, out)?;
         if !self.parallel.is_empty() && self.build(&c_path, out, &self.parallel).is_ok() {
             return Ok(());
         }
@@ -178,7 +176,10 @@ impl Toolchain {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::Io(format!("creating {}: {e}", dir.display())))?;
         let src = "#include <math.h>\nvoid kiln_probe(float* x, long n) {\n#pragma omp parallel for\n    for (long i = 0; i < n; i++) x[i] = sqrtf(x[i]);\n}\n";
-        let res = self.compile_shared(src, &dir.join("probe.so"));
+        // Built as one process: the probe asks whether the compiler works at all, and a build
+        // with the parallel flags falls back without them anyway (they cost it ~50 ms).
+        let out = dir.join("probe.so");
+        let res = write_source(src, &out).and_then(|c| self.build(&c, &out, &[]));
         let _ = std::fs::remove_dir_all(&dir);
         res.map_err(|e| {
             Error::Unsupported(format!(
@@ -187,6 +188,15 @@ impl Toolchain {
             ))
         })
     }
+}
+
+/// Writes `source` next to the library `out` will be (`out` with extension `.c`); returns
+/// its path.
+fn write_source(source: &str, out: &Path) -> Result<PathBuf> {
+    let c_path = out.with_extension("c");
+    std::fs::write(&c_path, source)
+        .map_err(|e| Error::Io(format!("writing C source {}: {e}", c_path.display())))?;
+    Ok(c_path)
 }
 
 /// A loaded shared library of kernels. The [`KernelFn`]s it hands out point into it: keep
