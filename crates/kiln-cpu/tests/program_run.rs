@@ -1100,6 +1100,7 @@ fn eval_step_reads_strided_views() {
             inputs: vec![view, dense_view(1, &[4])],
             out: BufId(2),
             out_shape: vec![3, 4],
+            out_strides: None,
         }],
         vec![(2, vec![3, 4])],
     );
@@ -1111,8 +1112,26 @@ fn eval_step_reads_strided_views() {
     );
     // An out-of-range index is the reference kernel's error, with the step named.
     let bad = HostTensor::from_vec(vec![2i64, 0, 9, 3], &[4]).unwrap();
-    let err = run_interpreted(&p, &[data, bad]).unwrap_err().to_string();
+    let err = run_interpreted(&p, &[data.clone(), bad]).unwrap_err().to_string();
     assert!(err.contains("step 0"), "{err}");
+
+    // Output strides write the result transposed into its buffer; strides that would write
+    // two elements to one place are refused when the program is bound.
+    let with_strides = |s: Vec<usize>| {
+        let mut q = p.clone();
+        if let StepKind::Eval { out_strides, .. } = &mut q.steps[0].kind {
+            *out_strides = Some(s);
+        }
+        q
+    };
+    let got = run_interpreted(&with_strides(vec![1, 3]), &[data.clone(), idx.clone()]).unwrap();
+    let want = eval(&Op::Gather { axis: 1 }, &[&dt_view, &idx]).unwrap();
+    let want_t = want.with_layout(want.layout.permute(&[1, 0]).unwrap()).contiguous();
+    assert_eq!(got[0].to_vec::<f32>().unwrap(), want_t.to_vec::<f32>().unwrap());
+    for bad in [vec![1, 2], vec![4, 1, 1], vec![4, 2]] {
+        let err = run_interpreted(&with_strides(bad.clone()), &[data.clone(), idx.clone()]).unwrap_err().to_string();
+        assert!(err.contains("not a permutation of a dense"), "{bad:?}: {err}");
+    }
 }
 
 /// `t = x * c` as a kernel over `n` elements.

@@ -49,6 +49,10 @@ fn check(g: &Graph, inputs: &[HostTensor]) {
             extern_dtypes: &[],
             ..ScheduleOptions::default()
         },
+        ScheduleOptions {
+            row_epilogues: false,
+            ..ScheduleOptions::default()
+        },
     ] {
         let (p, rep) = schedule(g, &opts).unwrap();
         let got = kiln_cpu::compiled::run_interpreted(&p, inputs)
@@ -508,4 +512,162 @@ fn matmul_epilogue_over_an_empty_output() {
     let r = g.add(Op::Unary(UnaryOp::Relu), &[m]).unwrap();
     g.output(r);
     check(&g, &[HostTensor::from_vec(Vec::<f32>::new(), &[0, 3, 7]).unwrap()]);
+}
+
+/// Steps of `g` scheduled by default, and how many of them are externs with an epilogue.
+fn steps_and_epilogues(g: &Graph) -> (usize, usize) {
+    let (_, rep) = schedule(g, &ScheduleOptions::default()).unwrap();
+    let epi = rep.steps.iter().filter(|s| s.kind == kiln_sched::StepKindName::ExternEpilogue).count();
+    (rep.steps.len(), epi)
+}
+
+#[test]
+fn row_epilogues_layer_norm_softmax_and_global_pool() {
+    // bert's `layer_norm(x @ w + b + residual)`: the matmul's rows are the norm's rows.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[2, 5, 12]);
+    let res = input(&mut g, "res", DType::F32, &[2, 5, 16]);
+    let w = g.constant(f32_input(&[12, 16], 50));
+    let b = g.constant(f32_input(&[16], 51));
+    let m = g.add(Op::MatMul, &[x, w]).unwrap();
+    let mb = g.add(Op::Binary(BinaryOp::Add), &[m, b]).unwrap();
+    let h = g.add(Op::Binary(BinaryOp::Add), &[mb, res]).unwrap();
+    let gamma = g.constant(f32_input(&[16], 52));
+    let y = g.add(Op::LayerNorm { axis: 2, eps: 1e-5 }, &[h, gamma, b]).unwrap();
+    g.output(y);
+    let g = decompose(&g).unwrap();
+    assert_eq!(steps_and_epilogues(&g), (1, 1), "one matmul step, the norm its epilogue");
+    check(&g, &[f32_input(&[2, 5, 12], 53), f32_input(&[2, 5, 16], 54)]);
+
+    // Attention scores: a batched matmul of heads, softmax over its columns; a NaN and an
+    // infinity in the queries reach some rows.
+    let mut g = Graph::new();
+    let q = input(&mut g, "q", DType::F32, &[2, 3, 4, 8]);
+    let k = input(&mut g, "k", DType::F32, &[2, 3, 8, 6]);
+    let s = g.add(Op::MatMul, &[q, k]).unwrap();
+    let p = g.add(Op::Softmax { axis: 3 }, &[s]).unwrap();
+    g.output(p);
+    let g = decompose(&g).unwrap();
+    assert_eq!(steps_and_epilogues(&g), (1, 1));
+    let mut qs = values(2 * 3 * 4 * 8, 55);
+    qs[3] = f32::NAN;
+    qs[40] = f32::INFINITY;
+    check(&g, &[HostTensor::from_vec(qs, &[2, 3, 4, 8]).unwrap(), f32_input(&[2, 3, 8, 6], 56)]);
+
+    // A softmax over the matmul's rows (not its columns) is not a row epilogue.
+    let mut g = Graph::new();
+    let a = input(&mut g, "a", DType::F32, &[6, 4]);
+    let w = g.constant(f32_input(&[4, 5], 57));
+    let m = g.add(Op::MatMul, &[a, w]).unwrap();
+    let p = g.add(Op::Softmax { axis: 0 }, &[m]).unwrap();
+    g.output(p);
+    let g = decompose(&g).unwrap();
+    assert_eq!(steps_and_epilogues(&g), (2, 0));
+    check(&g, &[f32_input(&[6, 4], 58)]);
+
+    // resnet's head: relu(conv + bias + skip), then the mean over [H, W], a 1x1 conv's rows
+    // (channels) each reduced whole; the sum stays a second output of the epilogue.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[1, 3, 5, 5]);
+    let skip = input(&mut g, "skip", DType::F32, &[1, 4, 5, 5]);
+    let w = g.constant(f32_input(&[4, 3, 1, 1], 59));
+    let attrs = Conv2dAttrs {
+        stride: [1, 1],
+        padding: [0; 4],
+        dilation: [1, 1],
+        groups: 1,
+        channels_last: false,
+    };
+    let c = g.add(Op::Conv2d(attrs), &[x, w]).unwrap();
+    let y = g.add(Op::Binary(BinaryOp::Add), &[c, skip]).unwrap();
+    let r = g.add(Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+    let mean = g.add(Op::Reduce { op: ReduceOp::Mean, axes: vec![2, 3], keep_dims: false }, &[r]).unwrap();
+    g.output(mean);
+    assert_eq!(steps_and_epilogues(&g), (1, 1));
+    check(&g, &[f32_input(&[1, 3, 5, 5], 60), f32_input(&[1, 4, 5, 5], 61)]);
+    g.output(y);
+    check(&g, &[f32_input(&[1, 3, 5, 5], 62), f32_input(&[1, 4, 5, 5], 63)]);
+}
+
+/// `attention(q, k, v[, mask])` kept whole: the CPU runner's attention step reads its operands
+/// through their views.
+fn attention_graph(
+    g: &mut Graph,
+    q: NodeId,
+    k: NodeId,
+    v: NodeId,
+    mask: Option<NodeId>,
+    causal: bool,
+    scale: Option<f64>,
+) -> NodeId {
+    let mut ins = vec![q, k, v];
+    ins.extend(mask);
+    g.add(Op::Attention { causal, scale }, &ins).unwrap()
+}
+
+#[test]
+fn attention_step_on_views_masks_and_edge_sizes() {
+    // bert's layout: q, k, v are permuted slices of one [B, L, 3 * H * D] projection.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[2, 5, 3 * 4 * 8]);
+    let heads = |g: &mut Graph, part: i64| {
+        let axes = vec![
+            SliceAxis::FULL,
+            SliceAxis::FULL,
+            SliceAxis { start: part * 32, end: (part + 1) * 32, step: 1 },
+        ];
+        let s = g.add(Op::Slice(axes), &[x]).unwrap();
+        let r = g.add(Op::Reshape(Shape::fixed(&[2, 5, 4, 8])), &[s]).unwrap();
+        g.add(Op::Permute(vec![0, 2, 1, 3]), &[r]).unwrap()
+    };
+    let (q, k, v) = (heads(&mut g, 0), heads(&mut g, 1), heads(&mut g, 2));
+    let a = attention_graph(&mut g, q, k, v, None, false, None);
+    g.output(a);
+    let (p, rep) = schedule(&g, &ScheduleOptions::default()).unwrap();
+    assert_eq!(p.steps.len(), 1, "one attention step on views of x, no copies\n{rep}");
+    check(&g, &[f32_input(&[2, 5, 96], 70)]);
+
+    // Causal with fewer queries than keys, an explicit scale, and masks of every broadcast
+    // shape: [Lk], [B, 1, 1, Lk] and [Lq, Lk] with -inf (a row of which sees no key: NaN,
+    // as in the reference), NaN and an infinite query.
+    for (mask_shape, causal) in [(vec![6], true), (vec![2, 1, 1, 6], false), (vec![3, 6], false)] {
+        let mut g = Graph::new();
+        let q = input(&mut g, "q", DType::F32, &[2, 3, 3, 8]);
+        let k = input(&mut g, "k", DType::F32, &[2, 3, 6, 8]);
+        let v = input(&mut g, "v", DType::F32, &[2, 1, 6, 5]);
+        let m = input(&mut g, "m", DType::F32, &mask_shape);
+        let a = attention_graph(&mut g, q, k, v, Some(m), causal, Some(0.3));
+        g.output(a);
+        let mut ms = values(mask_shape.iter().product(), 71);
+        ms[1] = f32::NEG_INFINITY;
+        if mask_shape == [3, 6] {
+            ms[6..12].fill(f32::NEG_INFINITY);
+        }
+        let mut qs = values(2 * 3 * 3 * 8, 72);
+        qs[9] = f32::NAN;
+        qs[30] = f32::INFINITY;
+        let ins = [
+            HostTensor::from_vec(qs, &[2, 3, 3, 8]).unwrap(),
+            f32_input(&[2, 3, 6, 8], 73),
+            f32_input(&[2, 1, 6, 5], 74),
+            HostTensor::from_vec(ms, &mask_shape).unwrap(),
+        ];
+        check(&g, &ins);
+    }
+
+    // No keys (zeros), a head dim of 0 (uniform weights), one query.
+    for (qs, ks, vs) in [
+        ([1, 2, 3, 4], [1, 2, 0, 4], [1, 2, 0, 3]),
+        ([1, 2, 3, 0], [1, 2, 5, 0], [1, 2, 5, 3]),
+        ([1, 2, 1, 4], [1, 2, 5, 4], [1, 2, 5, 3]),
+    ] {
+        let mut g = Graph::new();
+        let q = input(&mut g, "q", DType::F32, &qs);
+        let k = input(&mut g, "k", DType::F32, &ks);
+        let v = input(&mut g, "v", DType::F32, &vs);
+        let a = attention_graph(&mut g, q, k, v, None, false, None);
+        g.output(a);
+        let ins = [f32_input(&qs, 75), f32_input(&ks, 76), f32_input(&vs, 77)];
+        check(&g, &ins);
+    }
 }

@@ -125,7 +125,7 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
                 };
                 (route, epilogue.as_ref().map(|e| kernel(&e.kernel.name)).transpose()?)
             }
-            StepKind::Eval { op, inputs, out, out_shape } => (eval_route(&program, op, inputs, out_shape, program.buffer(*out).dtype, out_strides.as_deref()), None),
+            StepKind::Eval { op, inputs, out, out_shape, .. } => (eval_route(&program, op, inputs, out_shape, program.buffer(*out).dtype, out_strides.as_deref()), None),
         };
         let ops = graph.map_or_else(Vec::new, |g| step.nodes.iter().map(|&n| g.node(n).op.name()).collect());
         steps.push(StepRoute { route, epilogue, ops });

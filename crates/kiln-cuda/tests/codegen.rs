@@ -129,6 +129,7 @@ fn programs(what: &str, g: &Graph) -> Vec<(Program, CudaSource)> {
                 &ScheduleOptions {
                     fuse: true,
                     extern_dtypes,
+                    row_epilogues: false,
                 },
             )
             .unwrap();

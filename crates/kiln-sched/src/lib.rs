@@ -14,6 +14,7 @@ mod lower;
 pub mod schedule;
 pub mod memory;
 pub mod program;
+pub mod write_through;
 
 pub use kernel::{Arg, Expr, ExprId, ExprNode, Idx, Kernel, Literal, Loop, Stage, VarId};
 pub use fuse::{FusionReport, StepInfo, StepKindName};
@@ -21,3 +22,4 @@ pub use schedule::{CPU_EXTERN_DTYPES, GPU_EXTERN_DTYPES, ScheduleOptions, schedu
 pub use program::{BufId, BufKind, BufView, Buffer, Epilogue, ExternOp, MemoryPlan, Program, Step, StepKind};
 pub use cache::{CacheKey, CacheOutcome, DiskCache};
 pub use memory::{naive_bytes, plan_memory};
+pub use write_through::write_attention_through_copies;

@@ -115,8 +115,10 @@ pub enum StepKind {
     /// A library call writing `out` (shape `out_shape`), then `epilogue` over its rows.
     Extern { op: ExternOp, inputs: Vec<BufView>, out: BufId, out_shape: Vec<usize>, epilogue: Option<Epilogue> },
     /// One graph op the code generator does not handle, run by the reference kernels
-    /// (`kiln_cpu::eval`) on views of its inputs, the result copied into `out`.
-    Eval { op: Op, inputs: Vec<BufView>, out: BufId, out_shape: Vec<usize> },
+    /// (`kiln_cpu::eval`) on views of its inputs, the result copied into `out` — densely, or
+    /// with `out_strides` (one element stride per dim of `out_shape`, a permutation of a
+    /// dense layout of `out`) where [`crate::write_attention_through_copies`] folded a copy in.
+    Eval { op: Op, inputs: Vec<BufView>, out: BufId, out_shape: Vec<usize>, out_strides: Option<Vec<usize>> },
 }
 
 /// One step and the graph nodes whose values it computes (for logs and `kiln explain`).

@@ -17,6 +17,11 @@ pub struct ScheduleOptions {
     /// reference kernels. [`CPU_EXTERN_DTYPES`] (f32) by default, as the CPU runner's externs
     /// are f32 only; [`GPU_EXTERN_DTYPES`] for cuBLAS / cuDNN; `&[]` turns externs off.
     pub extern_dtypes: &'static [DType],
+    /// Let a reduction over exactly the columns of an extern's output rows (layer norm or
+    /// softmax after a matmul, a global average pool after a conv) run as the extern's
+    /// epilogue on each finished block of rows, one step instead of two. The CPU runner takes
+    /// such epilogues (the default); the CUDA runtime's library calls do not.
+    pub row_epilogues: bool,
 }
 
 /// The dtypes the CPU runner's externs take: f32.
@@ -30,6 +35,7 @@ impl Default for ScheduleOptions {
         ScheduleOptions {
             fuse: true,
             extern_dtypes: CPU_EXTERN_DTYPES,
+            row_epilogues: true,
         }
     }
 }
@@ -40,7 +46,7 @@ pub fn schedule(graph: &Graph, opts: &ScheduleOptions) -> kiln_ir::Result<(Progr
     let mut isolate: HashSet<NodeId> = HashSet::new();
     // Each retry keeps one more root alone, so this ends within the node count.
     for _ in 0..=graph.nodes.len() {
-        let plan = fuse::plan(graph, opts.fuse, opts.extern_dtypes, &isolate)?;
+        let plan = fuse::plan(graph, opts.fuse, opts.extern_dtypes, opts.row_epilogues, &isolate)?;
         match lower::lower(graph, &plan) {
             Ok((program, steps)) => {
                 let compute_ops = plan

@@ -11,10 +11,12 @@ use kiln_sched::{CPU_EXTERN_DTYPES, Expr, ExternOp, GPU_EXTERN_DTYPES, ScheduleO
 const FUSE: ScheduleOptions = ScheduleOptions {
     fuse: true,
     extern_dtypes: CPU_EXTERN_DTYPES,
+    row_epilogues: true,
 };
 const NOFUSE: ScheduleOptions = ScheduleOptions {
     fuse: false,
     extern_dtypes: CPU_EXTERN_DTYPES,
+    row_epilogues: true,
 };
 
 fn input(g: &mut Graph, name: &str, shape: &[usize]) -> NodeId {
@@ -469,20 +471,27 @@ fn resnet_like_graph_schedules_fast_into_extern_steps() {
     let t = std::time::Instant::now();
     let (p, rep) = schedule(&g, &FUSE).unwrap();
     let took = t.elapsed();
-    // Every conv is one extern step (bias, relu and the residual add in its epilogue), plus
-    // the mean, except the last conv: its bias/relu/add are only read by the mean, so they
-    // fuse into the reduction kernel instead (the conv output is read once either way).
-    assert_eq!(p.steps.len(), 101, "{rep}");
-    assert_eq!(rep.count(StepKindName::ExternEpilogue), 99, "{rep}");
-    assert_eq!(rep.count(StepKindName::Extern), 1, "{rep}");
+    // Every conv is one extern step (bias, relu and the residual add in its epilogue); the
+    // last conv's bias/relu/add are only read by the mean over [H, W], its output rows'
+    // columns, so the mean is that conv's row epilogue: 100 steps, every one a conv.
+    assert_eq!(p.steps.len(), 100, "{rep}");
+    assert_eq!(rep.count(StepKindName::ExternEpilogue), 100, "{rep}");
     // Generous for debug builds on a shared machine; release takes a few milliseconds.
     assert!(took.as_millis() < 500, "scheduling took {took:?}");
     let k = p.kernels().last().unwrap();
-    // The mean over [H, W] is one inner loop.
+    // One outer loop over the conv's rows (channels); the mean over [H, W] is one inner loop.
+    assert_eq!(k.outer.len(), 1, "{rep}");
     let Stage::Reduce { loops, .. } = &k.stages[0] else {
         panic!("{rep}")
     };
     assert_eq!(loops.len(), 1);
+    // Without row epilogues (the CUDA runtime) the mean is a kernel of its own, with the last
+    // conv's bias/relu/add fused into it (the conv output is read once either way).
+    let (p, rep) = schedule(&g, &ScheduleOptions { row_epilogues: false, ..FUSE }).unwrap();
+    assert_eq!(p.steps.len(), 101, "{rep}");
+    assert_eq!(rep.count(StepKindName::ExternEpilogue), 99, "{rep}");
+    assert_eq!(rep.count(StepKindName::Extern), 1, "{rep}");
+    assert_eq!(rep.count(StepKindName::Reduction), 1, "{rep}");
 }
 
 /// The ops of a program's extern steps, and how many eval steps it has.

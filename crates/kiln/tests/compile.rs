@@ -129,12 +129,22 @@ fn zoo_models_compiled_match_the_interpreter_with_far_fewer_kernels() {
     for m in [&rn as &dyn Model, &bert, &gpt] {
         let (k, eager) = check_model(m, &dir);
         eprintln!("{}: {k} launches per run, eager {eager}", m.name());
-        // Each conv stays one launch (BN folded, bias/relu/residual in its epilogue), so a
-        // resnet cannot drop below one launch per conv, nor a transformer below one per matmul
-        // (softmax, layer norm and GELU chains are one kernel each): at least 55% fewer (a
-        // regression floor; today resnet 65%, bert 64%, gpt2 59%).
-        assert!(k * 20 <= eager * 9, "{}: {k} kernels vs {eager} eager", m.name());
+        // Each conv stays one launch (BN folded, bias/relu/residual in its epilogue, the
+        // global pool the last conv's row epilogue), so a resnet cannot drop below one launch
+        // per conv: at least 60% fewer (today 67%). A transformer's matmuls carry its layer
+        // norms, GELU and bias in their epilogues, and attention is one step writing the
+        // heads' merge: at least 70% fewer (today bert 83%, gpt2 74%).
+        let floor = if m.name().starts_with("resnet") { 60 } else { 70 };
+        assert!(k * 100 <= eager * (100 - floor), "{}: {k} kernels vs {eager} eager", m.name());
     }
+    // bert's attention is one step that writes the merge of its heads (no copy step after it).
+    let g = zoo::trace_model(&bert).unwrap();
+    let xs: Vec<HostTensor> = bert.example_inputs(3).unwrap().iter().map(|t| t.to_host().unwrap()).collect();
+    let (program, _) = plan(&g, &shapes(&xs), &opts(&dir)).unwrap();
+    let through = program.steps.iter().filter(|s| {
+        matches!(&s.kind, kiln_sched::StepKind::Eval { op: kiln_ir::Op::Attention { .. }, out_strides: Some(_), .. })
+    });
+    assert_eq!(through.count(), bert::BertConfig::tiny().layers, "one attention step per layer, each writing through");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

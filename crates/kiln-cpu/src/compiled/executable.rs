@@ -387,6 +387,7 @@ pub fn check_steps(p: &Program) -> Result<()> {
                 inputs,
                 out,
                 out_shape,
+                out_strides,
                 ..
             } => {
                 for v in inputs {
@@ -394,6 +395,13 @@ pub fn check_steps(p: &Program) -> Result<()> {
                 }
                 temp(out, &what)?;
                 check_out(p, *out, out_shape, &what)?;
+                if let Some(s) = out_strides
+                    && !kiln_sched::write_through::is_permuted_dense(out_shape, s)
+                {
+                    return Err(Error::Graph(format!(
+                        "{what}: output strides {s:?} are not a permutation of a dense {out_shape:?}"
+                    )));
+                }
             }
         }
     }

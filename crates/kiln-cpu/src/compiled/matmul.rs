@@ -82,9 +82,11 @@ pub(crate) fn run(
     // `prepack` gives a cell only where `packs` holds; checked again as the GEMM relies on it.
     let packed = packed.filter(|_| packs(a, b));
     // Many small products (attention's heads, 128 x 64 x 128 in bert-base): one matrix per
-    // task, each on one thread, rather than each split over the pool in turn.
-    if !epi.present() && packed.is_none() && batches >= 2 && m * n * k > 0 && m * n * k <= SMALL_WORK && rayon::current_num_threads() > 1 {
+    // task, each on one thread with its rows' epilogue (a softmax), rather than each split
+    // over the pool in turn.
+    if packed.is_none() && batches >= 2 && m * n * k > 0 && m * n * k <= SMALL_WORK && rayon::current_num_threads() > 1 {
         let (pa, pb, po) = (pa as usize, pb as usize, po as usize);
+        let failed = std::sync::Mutex::new(None);
         crate::par::for_each_task(batches, |bi| {
             let (oa, ob) = matrix_offsets(a, b, batch, bi);
             // SAFETY: as the loop below; each task writes only its own matrix of the output.
@@ -106,8 +108,14 @@ pub(crate) fn run(
                     false,
                 )
             }
+            if let Err(e) = epi.rows_here(bi * m, (bi + 1) * m) {
+                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+            }
         });
-        return Ok(());
+        return match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
     }
     for bi in 0..batches {
         let (oa, ob) = matrix_offsets(a, b, batch, bi);
@@ -176,7 +184,7 @@ fn matrix_offsets(a: &BufView, b: &BufView, batch: &[usize], bi: usize) -> (usiz
 }
 
 /// Element offset of matrix `idx` (output batch index) in a view whose batch dims broadcast.
-fn batch_offset(v: &BufView, idx: &[usize]) -> usize {
+pub(crate) fn batch_offset(v: &BufView, idx: &[usize]) -> usize {
     let lead = v.shape.len() - 2;
     let pad = idx.len() - lead;
     (0..lead)

@@ -7,6 +7,7 @@
 //! - [`Executable`]: a program bound to its kernels, checked once, run many times.
 //! - [`autotune`]: times candidate [`Tuning`]s (thread splits, GEMM row blocks) per step.
 
+mod attention;
 mod autotune;
 mod conv;
 #[cfg(target_arch = "x86_64")]
@@ -25,6 +26,7 @@ mod steps;
 mod tuning;
 mod views;
 
+pub use attention::runs_composite as attention_runs_composite;
 pub use autotune::{AutotuneOptions, AutotuneReport, MIN_GAIN, StepResult, WHOLE_RUNS, autotune};
 pub use executable::{Executable, check_steps, place_temps};
 pub use interp::InterpKernels;

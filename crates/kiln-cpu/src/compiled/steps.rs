@@ -5,7 +5,7 @@ use crate::toolchain::ColsFn;
 use super::tuning::StepTuning;
 use super::views::{read_view, write_dense};
 use super::prepack::Prepacked;
-use super::{conv, matmul};
+use super::{attention, conv, matmul};
 use kiln_ir::{DType, Error, HostTensor, Op, Result};
 use kiln_sched::kernel::{Expr, Idx, Stage};
 use kiln_sched::{BufId, BufKind, BufView, Epilogue, ExternOp, Program, StepKind};
@@ -28,11 +28,28 @@ pub(crate) fn run_step(
             kernels.launch_split(kernel, &bind(ptrs, args), 0, end, tune.chunks)
         }
         StepKind::Eval {
+            op: Op::Attention { causal, scale },
+            inputs,
+            out,
+            out_shape,
+            out_strides,
+        } if inputs.iter().map(|v| v.buf).chain([*out]).all(|b| p.buffer(b).dtype == DType::F32) => {
+            let dense = kiln_sched::BufView::dense(*out, out_shape).strides;
+            // SAFETY: `Executable::new` checked every view inside its buffer, the output
+            // buffer's size and its strides (a permutation of a dense layout); the memory plan
+            // never overlaps an eval's output with its inputs.
+            unsafe {
+                let o = ptrs[out.index()] as *mut f32;
+                attention::run(*causal, *scale, inputs, ptrs, o, out_shape, out_strides.as_deref().unwrap_or(&dense))
+            }
+        }
+        StepKind::Eval {
             op,
             inputs,
             out,
             out_shape,
-        } => eval_step(p, op, inputs, *out, out_shape, ptrs),
+            out_strides,
+        } => eval_step(p, op, inputs, *out, out_shape, out_strides.as_deref(), ptrs),
         StepKind::Extern {
             op,
             inputs,
@@ -159,6 +176,15 @@ impl Epi<'_> {
         )
     }
 
+    /// Runs the epilogue on output rows `begin..end` on this thread (no-op without one): for
+    /// an extern that already spreads its work over the pool in tasks.
+    pub(crate) fn rows_here(&self, begin: usize, end: usize) -> Result<()> {
+        let Some(e) = self.epilogue else {
+            return Ok(());
+        };
+        self.kernels.launch_split(&e.kernel, &bind(self.ptrs, &e.args), begin as i64, end as i64, Some(1))
+    }
+
     /// True when [`Epi::block`] runs the epilogue: the runner has the kernel's column-block
     /// twin and the kernel reads and writes what the extern writes only at the point it runs.
     pub(crate) fn blocks(&self) -> bool {
@@ -255,6 +281,7 @@ fn eval_step(
     inputs: &[BufView],
     out: BufId,
     out_shape: &[usize],
+    out_strides: Option<&[usize]>,
     ptrs: &[*mut u8],
 ) -> Result<()> {
     // A view of a constant (an embedding table, say) shares the constant's storage rather than
@@ -281,5 +308,5 @@ fn eval_step(
             b.dtype
         )));
     }
-    write_dense(&r.contiguous(), ptrs[out.index()])
+    write_dense(&r.contiguous(), ptrs[out.index()], out_strides)
 }

@@ -50,13 +50,32 @@ pub(crate) fn read_view(p: &Program, ptrs: &[*mut u8], v: &BufView) -> Result<Ho
 }
 
 /// Copies the dense tensor `t` into the buffer at `base` (which holds at least `t.numel()`
-/// elements of `t`'s dtype).
-pub(crate) fn write_dense(t: &HostTensor, base: *mut u8) -> Result<()> {
+/// elements of `t`'s dtype): densely, or element `[i0, i1, ..]` to `Σ ik * strides[k]` (a
+/// permutation of a dense layout, checked by `Executable::new`).
+pub(crate) fn write_dense(t: &HostTensor, base: *mut u8, strides: Option<&[usize]>) -> Result<()> {
     kiln_ir::with_dtype!(t.dtype(), T, {
         let v = t.to_vec::<T>()?;
-        for (i, x) in v.into_iter().enumerate() {
-            // SAFETY: the caller guarantees the buffer holds `t.numel()` elements.
-            unsafe { raw::write::<T>(base, i, x) };
+        match strides {
+            None => {
+                for (i, x) in v.into_iter().enumerate() {
+                    // SAFETY: the caller guarantees the buffer holds `t.numel()` elements.
+                    unsafe { raw::write::<T>(base, i, x) };
+                }
+            }
+            Some(s) => {
+                let layout = kiln_ir::Layout {
+                    shape: t.shape().to_vec(),
+                    strides: s.iter().map(|&x| x as isize).collect(),
+                    offset: 0,
+                };
+                let mut it = v.into_iter();
+                layout.for_each_offset(|o| {
+                    if let Some(x) = it.next() {
+                        // SAFETY: a permutation of a dense layout of `t.numel()` elements.
+                        unsafe { raw::write::<T>(base, o, x) };
+                    }
+                });
+            }
         }
     });
     Ok(())

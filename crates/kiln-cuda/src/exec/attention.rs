@@ -89,7 +89,7 @@ impl AttentionPlan {
     /// (the caller runs it on the host).
     ///
     /// `out_strides`: the element strides the result is written with, one per dim of
-    /// `out_shape` ([`super::write_through`]); `None`: dense.
+    /// `out_shape` ([`kiln_sched::write_through`]); `None`: dense.
     pub fn new(causal: bool, scale: Option<f64>, inputs: &[BufView], out_shape: &[usize], dtype: DType, out_strides: Option<&[usize]>) -> Option<AttentionPlan> {
         let (q, k, v, mask) = (inputs.first()?, inputs.get(1)?, inputs.get(2)?, inputs.get(3));
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) || !fits(&q.shape, &k.shape, &v.shape, mask.map(|m| m.shape.len())) || out_shape.len() < 2 {

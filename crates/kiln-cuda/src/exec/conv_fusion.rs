@@ -84,7 +84,7 @@ mod tests {
         if conv_is_output {
             g.output(c);
         }
-        let (mut p, _) = schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES }).unwrap();
+        let (mut p, _) = schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES, row_epilogues: false }).unwrap();
         p.memory = Some(kiln_sched::plan_memory(&p));
         p
     }
@@ -138,7 +138,7 @@ mod tests {
         let sum = g.add(Op::Binary(BinaryOp::Add), &[c, z]).unwrap();
         let out = g.add(Op::Unary(UnaryOp::Relu), &[sum]).unwrap();
         g.output(out);
-        let (mut p, _) = schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES }).unwrap();
+        let (mut p, _) = schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES, row_epilogues: false }).unwrap();
         let fusable_step = |p: &Program| p.steps.iter().position(|s| matches!(&s.kind, StepKind::Extern { epilogue: Some(_), .. })).unwrap();
         let i = fusable_step(&p);
         let StepKind::Extern { out: result, .. } = p.steps[i].kind else { unreachable!() };

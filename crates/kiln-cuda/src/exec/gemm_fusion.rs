@@ -134,7 +134,7 @@ mod tests {
             y = g.add(Op::Unary(UnaryOp::Relu), &[y]).unwrap();
         }
         g.output(y);
-        schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES }).unwrap().0
+        schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES, row_epilogues: false }).unwrap().0
     }
 
     fn fuse(p: &mut Program) -> Vec<GemmFusion> {

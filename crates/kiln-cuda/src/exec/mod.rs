@@ -18,7 +18,6 @@ mod matmul;
 mod profile;
 mod tuning;
 mod autotune;
-mod write_through;
 
 use crate::codegen::{CudaSource, Launch, NVRTC_OPTIONS, render_cuda};
 use crate::device::{DeviceBuffer, Gpu, driver_error};
@@ -141,7 +140,7 @@ pub(crate) struct StepFold {
 /// cuBLASLt apply (`lt_accepts`, asked with the matmul's plan, says cuBLASLt runs one). The
 /// runtime and `kiln explain --device cuda` both fold through here, so they show the same steps.
 pub(crate) fn fold_steps(program: &mut Program, lt_accepts: &mut dyn FnMut(MatmulPlan, &GemmFusion) -> bool) -> Vec<StepFold> {
-    let out_strides = write_through::write_attention_through_copies(program);
+    let out_strides = kiln_sched::write_attention_through_copies(program);
     let fusions = fusion::fuse_library_epilogues(program, lt_accepts);
     out_strides.into_iter().zip(fusions).map(|(out_strides, fusion)| StepFold { out_strides, fusion }).collect()
 }
@@ -258,7 +257,7 @@ impl Executable {
                         },
                     }
                 }
-                StepKind::Eval { op, inputs, out, out_shape } => {
+                StepKind::Eval { op, inputs, out, out_shape, .. } => {
                     let host = || GpuStep::Host { op: op.clone(), inputs: inputs.clone(), out: ptrs[out.index()], epilogue: None };
                     match op {
                         Op::Gather { axis } => match GatherCall::new(gpu, cache, &program, &ptrs, *axis, inputs, ptrs[out.index()])? {

@@ -9,8 +9,11 @@
 //!    kernel). Everything else is inlined into the expressions of the roots that read it.
 //! 3. Roots are merged into groups (one step each): pointwise consumers of an extern's output
 //!    become its epilogue; reductions merge with the roots over the same rows (their
-//!    consumers and producers); sibling groups over the same domain that read one buffer merge
-//!    horizontally. A merge is refused when it would make a cycle between steps.
+//!    consumers and producers) — and, when the options allow it, a reduction over exactly the
+//!    columns of an extern's output rows (layer norm after a matmul, a global pool after a
+//!    conv) joins the extern as a *row epilogue*, run on each finished block of rows; sibling
+//!    groups over the same domain that read one buffer merge horizontally. A merge is refused
+//!    when it would make a cycle between steps.
 //! 4. Groups are ordered topologically.
 
 pub(crate) mod classify;
@@ -39,7 +42,9 @@ pub(crate) enum GroupKind {
 }
 
 /// One step's worth of roots and the iteration domain they share: `shape` is the full domain,
-/// `axes` the reduced dims (empty for pointwise kernels; rows are the other dims).
+/// `axes` the reduced dims (empty for pointwise kernels; rows are the other dims). An extern's
+/// group has its output's shape; its `axes` are the output's column dims when its epilogue
+/// reduces rows ([`extern_row_dims`]), else empty.
 #[derive(Clone, Debug)]
 pub(crate) struct Group {
     pub kind: GroupKind,
@@ -68,13 +73,24 @@ pub(crate) struct Plan {
 
 const NONE: usize = usize::MAX;
 
+/// The dims of extern `op`'s output (of rank `rank`) that make its epilogue rows; the rest are
+/// the columns of each row (see [`crate::ExternOp`]).
+pub(crate) fn extern_row_dims(op: &Op, rank: usize) -> usize {
+    match op {
+        Op::Conv2d(a) if !a.channels_last => 2.min(rank),
+        _ => rank.saturating_sub(1),
+    }
+}
+
 /// Plans `graph`. `extern_dtypes`: the dtypes MatMul / Conv2d externs may take (empty:
-/// none). `isolate` names roots that must stay alone (lowering found they cannot be fused as
+/// none). `row_epilogues`: reductions over an extern's output columns may join it.
+/// `isolate` names roots that must stay alone (lowering found they cannot be fused as
 /// planned).
 pub(crate) fn plan(
     graph: &Graph,
     fuse: bool,
     extern_dtypes: &[DType],
+    row_epilogues: bool,
     isolate: &HashSet<NodeId>,
 ) -> Result<Plan> {
     let n = graph.nodes.len();
@@ -299,6 +315,7 @@ pub(crate) fn plan(
         group_of: vec![NONE; n],
         groups: Vec::new(),
         isolate,
+        row_epilogues,
     };
     for i in 0..n {
         if !mat[i] {
@@ -356,6 +373,14 @@ pub(crate) fn plan(
                     && b.group_of[p.index()] != b.group_of[i]
                 {
                     let _ = b.try_merge(b.group_of[i], b.group_of[p.index()]);
+                }
+            }
+            // The extern whose output rows this reduction reduces takes it as its epilogue.
+            for &p in &reads[i] {
+                if matches!(class[p.index()], Class::Extern(_))
+                    && b.group_of[p.index()] != b.group_of[i]
+                {
+                    let _ = b.try_merge(b.group_of[p.index()], b.group_of[i]);
                 }
             }
             if let Some(w) = failed {
@@ -539,6 +564,7 @@ struct Builder<'a> {
     group_of: Vec<usize>,
     groups: Vec<Option<Group>>,
     isolate: &'a HashSet<NodeId>,
+    row_epilogues: bool,
 }
 
 impl Builder<'_> {
@@ -617,19 +643,33 @@ impl Builder<'_> {
                 (GroupKind::Kernel, g.shape.clone(), g.axes.clone())
             }
             (GroupKind::Extern(e), GroupKind::Kernel) => {
-                if !gb.axes.is_empty() || gb.shape != ga.shape {
+                if gb.shape != ga.shape {
                     return Err("different iteration domain");
                 }
-                (GroupKind::Extern(e), ga.shape.clone(), vec![])
+                if gb.axes.is_empty() {
+                    (GroupKind::Extern(e), ga.shape.clone(), ga.axes.clone())
+                } else {
+                    // A row epilogue: it reduces exactly the columns of the output's rows.
+                    let rows = extern_row_dims(&self.graph.node(e).op, ga.shape.len());
+                    let cols: Vec<usize> = (rows..ga.shape.len()).collect();
+                    if !self.row_epilogues
+                        || gb.axes != cols
+                        || (!ga.axes.is_empty() && ga.axes != gb.axes)
+                    {
+                        return Err("different iteration domain");
+                    }
+                    (GroupKind::Extern(e), ga.shape.clone(), cols)
+                }
             }
             (GroupKind::Eval(_), _) | (_, GroupKind::Eval(_)) => return Err("eval input"),
             _ => return Err("extern input"),
         };
         let all_fit = ga.members.iter().chain(&gb.members).all(|&m| match kind {
-            GroupKind::Extern(e) => {
+            GroupKind::Extern(e) if axes.is_empty() => {
                 m == e
                     || (self.class[m.index()] != Class::Reduce && self.shapes[m.index()] == shape)
             }
+            GroupKind::Extern(e) => m == e || self.fits(m, &shape, &axes),
             _ => self.fits(m, &shape, &axes),
         });
         if !all_fit {

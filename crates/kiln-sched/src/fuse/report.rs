@@ -57,6 +57,21 @@ pub struct FusionReport {
 }
 
 impl FusionReport {
+    /// Folds into each step `folded` marks the step after it (as
+    /// [`crate::write_attention_through_copies`] folds a copy into its attention): `folded`
+    /// has one entry per step of the new program.
+    pub fn fold_next_steps(&mut self, folded: &[bool]) {
+        let mut old = std::mem::take(&mut self.steps).into_iter();
+        for &f in folded {
+            let Some(mut step) = old.next() else { break };
+            if f && let Some(next) = old.next() {
+                step.nodes.extend(next.nodes);
+                step.notes.extend(next.notes);
+            }
+            self.steps.push(step);
+        }
+    }
+
     /// Steps of the given kind.
     pub fn count(&self, kind: StepKindName) -> usize {
         self.steps.iter().filter(|s| s.kind == kind).count()

@@ -26,6 +26,19 @@ impl From<Error> for Stop {
 
 type R<T> = std::result::Result<T, Stop>;
 
+/// An epilogue's view of its extern's output: `[rows.., cols..]` read as `row * cols + col`.
+#[derive(Clone)]
+pub(crate) struct ExternOut {
+    /// The output buffer.
+    pub buf: BufId,
+    /// How many leading dims make the rows.
+    pub row_dims: usize,
+    /// The flat row index (the kernel's first outer loop).
+    pub row: Idx,
+    /// The flat index of `outer_ix` (the point a pointwise epilogue runs at).
+    pub lin: Idx,
+}
+
 /// A kernel under construction for group `group` of the plan.
 pub(crate) struct KernelBuilder<'a> {
     pub graph: &'a Graph,
@@ -36,8 +49,8 @@ pub(crate) struct KernelBuilder<'a> {
     pub vars: Vars,
     /// Index of each dim of the domain at the current outer point (reduced dims: unused).
     pub outer_ix: Vec<Idx>,
-    /// For epilogues: the extern node, its output buffer and the flat index of `outer_ix`.
-    pub extern_out: Option<(NodeId, BufId, Idx)>,
+    /// For epilogues: the extern whose output rows the kernel runs over.
+    pub extern_out: Option<ExternOut>,
     /// The root whose value is being built (blamed when an epilogue read does not fit).
     pub current: NodeId,
     pub touched: Vec<NodeId>,
@@ -238,11 +251,11 @@ impl<'a> KernelBuilder<'a> {
 
     /// The flat index of `ix` in a dense value of `shape`.
     fn flat(&self, shape: &[usize], ix: &[Idx]) -> Idx {
-        if let Some((_, _, lin)) = &self.extern_out
+        if let Some(e) = &self.extern_out
             && shape == self.plan.groups[self.group].shape.as_slice()
             && ix == self.outer_ix.as_slice()
         {
-            return lin.clone();
+            return e.lin.clone();
         }
         linear(shape, ix)
     }
@@ -273,9 +286,17 @@ impl<'a> KernelBuilder<'a> {
             match &plan.class[i] {
                 Class::Reduce => self.local(x, ix)?,
                 Class::Extern(_) => match self.extern_out.clone() {
-                    Some((_, buf, lin)) if ix == self.outer_ix.as_slice() => {
-                        let arg = self.arg(buf, bufs, false);
-                        self.k.push(Expr::Load { arg, index: lin }, dtype)
+                    Some(e) if ix == self.outer_ix.as_slice() => {
+                        let arg = self.arg(e.buf, bufs, false);
+                        self.k.push(Expr::Load { arg, index: e.lin }, dtype)
+                    }
+                    // A row epilogue reads anywhere in the current row.
+                    Some(e) if ix[..e.row_dims] == self.outer_ix[..e.row_dims] => {
+                        let shape = &plan.shapes[i][e.row_dims..];
+                        let cols: usize = shape.iter().product();
+                        let index = e.row.clone().mul(cols as i64).add(linear(shape, &ix[e.row_dims..]));
+                        let arg = self.arg(e.buf, bufs, false);
+                        self.k.push(Expr::Load { arg, index }, dtype)
                     }
                     _ => return Err(Stop::Retry(self.current)),
                 },

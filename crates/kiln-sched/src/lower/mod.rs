@@ -7,10 +7,10 @@ mod collapse;
 pub(crate) mod index;
 
 use crate::fuse::classify::{Class, strided_view};
-use crate::fuse::{GroupKind, Plan, StepInfo, StepKindName};
+use crate::fuse::{GroupKind, Plan, StepInfo, StepKindName, extern_row_dims};
 use crate::kernel::{Idx, Kernel, Loop, Stage};
 use crate::program::{BufId, BufKind, BufView, Buffer, Epilogue, Program, Step, StepKind};
-use builder::{KernelBuilder, Stop};
+use builder::{ExternOut, KernelBuilder, Stop};
 use index::{delinearize, linear};
 use kiln_ir::{Error, Graph, NodeId, Op};
 
@@ -192,6 +192,7 @@ fn lower_group(
                 inputs,
                 out,
                 out_shape: plan.shapes[x.index()].clone(),
+                out_strides: None,
             };
             let info = StepInfo {
                 name: format!("eval{step}_{}", node.op.name()),
@@ -323,7 +324,9 @@ fn lower_group(
     }
 }
 
-/// The epilogue of extern `x`: outer loops (row, column) over its output's rows.
+/// The epilogue of extern `x`: outer loops (row, column) over its output's rows, or for a row
+/// epilogue (the group reduces the columns) one outer loop over the rows, its reductions and
+/// stores each looping over the row's columns.
 #[allow(clippy::too_many_arguments)]
 fn epilogue_kernel(
     graph: &Graph,
@@ -336,29 +339,41 @@ fn epilogue_kernel(
     members: &[NodeId],
     bufs: &mut Buffers,
 ) -> Result<(Kernel, Vec<BufId>, Vec<NodeId>), Stop> {
-    let row_dims = match graph.node(x).op {
-        Op::Conv2d(a) if !a.channels_last => 2.min(shape.len()),
-        _ => shape.len().saturating_sub(1),
-    };
+    let row_dims = extern_row_dims(&graph.node(x).op, shape.len());
     let rows: usize = shape[..row_dims].iter().product();
     let cols: usize = shape[row_dims..].iter().product();
+    let reduces = !plan.groups[g].axes.is_empty();
     let mut kb = KernelBuilder::new(graph, plan, g);
     let r = kb.vars.fresh(rows);
-    let c = kb.vars.fresh(cols);
-    kb.k.outer = vec![
-        Loop {
-            var: r,
-            extent: rows,
-        },
-        Loop {
+    kb.k.outer = vec![Loop {
+        var: r,
+        extent: rows,
+    }];
+    let mut ix = delinearize(&kb.vars, &Idx::var(r), &shape[..row_dims]);
+    let lin = if reduces {
+        ix.extend(shape[row_dims..].iter().map(|_| Idx::Const(0)));
+        Idx::var(r).mul(cols as i64)
+    } else {
+        let c = kb.vars.fresh(cols);
+        kb.k.outer.push(Loop {
             var: c,
             extent: cols,
-        },
-    ];
-    let mut ix = delinearize(&kb.vars, &Idx::var(r), &shape[..row_dims]);
-    ix.extend(delinearize(&kb.vars, &Idx::var(c), &shape[row_dims..]));
+        });
+        ix.extend(delinearize(&kb.vars, &Idx::var(c), &shape[row_dims..]));
+        Idx::var(r).mul(cols as i64).add(Idx::var(c))
+    };
     kb.outer_ix = ix;
-    kb.extern_out = Some((x, out, Idx::var(r).mul(cols as i64).add(Idx::var(c))));
+    kb.extern_out = Some(ExternOut {
+        buf: out,
+        row_dims,
+        row: Idx::var(r),
+        lin,
+    });
+    for &m in members {
+        if plan.class[m.index()] == Class::Reduce {
+            kb.reduce_stage(m, bufs)?;
+        }
+    }
     for &m in members {
         if plan.stored[m.index()] {
             let buf = bufs.of(graph, plan, m)?;

@@ -371,7 +371,7 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
 
     let t = Instant::now();
     let (target, keep) = match opts.device {
-        crate::Device::Cpu => (kiln_opt::Target::Cpu, None),
+        crate::Device::Cpu => (kiln_opt::Target::Cpu, Some(kiln_cpu::compiled::attention_runs_composite as kiln_opt::KeepComposite)),
         #[cfg(feature = "cuda")]
         crate::Device::Cuda(_) => (kiln_opt::Target::Gpu, Some(kiln_cuda::runs_composite as kiln_opt::KeepComposite)),
         #[cfg(not(feature = "cuda"))]
@@ -390,7 +390,15 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
         crate::Device::Cpu => kiln_sched::CPU_EXTERN_DTYPES,
         crate::Device::Cuda(_) => kiln_sched::GPU_EXTERN_DTYPES,
     };
-    let (mut program, fusion) = kiln_sched::schedule(&optimized, &ScheduleOptions { fuse, extern_dtypes })?;
+    let row_epilogues = opts.device == crate::Device::Cpu;
+    let (mut program, mut fusion) =
+        kiln_sched::schedule(&optimized, &ScheduleOptions { fuse, extern_dtypes, row_epilogues })?;
+    // The CPU runner's attention writes its heads' merge itself (kiln-cuda folds the same
+    // copies when it builds its executable).
+    if opts.device == crate::Device::Cpu {
+        let strides = kiln_sched::write_attention_through_copies(&mut program);
+        fusion.fold_next_steps(&strides.iter().map(Option::is_some).collect::<Vec<_>>());
+    }
     times.schedule = t.elapsed();
     tracing::info!(target: "kiln::fusion", "{} launches per run (eager {eager_kernels})\n{fusion}", program.launches());
 

@@ -1,24 +1,26 @@
 //! An attention step whose result only feeds a copy that permutes it (the transformers' merge
 //! of the heads, `[b, h, s, d]` → `[b, s, h * d]`, which the next matmul needs dense) writes
-//! the copy's output itself, through strides, and the copy step goes. Decided on the program
-//! alone (no GPU), before memory is planned, so `kiln explain` shows the same steps.
+//! the copy's output itself, through strides (`StepKind::Eval::out_strides`), and the copy step
+//! goes. Decided on the program alone, before memory is planned, so `kiln explain` shows the
+//! same steps; the CPU runner and kiln-cuda both run it.
 //!
 //! The copy's load index is read exactly: each loop variable that appears only as `v / c` and
 //! `v % c` (one `c` dividing its extent) is split into its quotient and remainder, after which
 //! the load and the store must both be affine; the load must then read the attention's dense
 //! result one dim per variable, and the store must cover its output once.
 
+use crate::kernel::{Expr, Idx, Loop, Stage, VarId};
+use crate::memory::live_intervals;
+use crate::{BufId, BufKind, Program, StepKind};
 use kiln_ir::Op;
-use kiln_sched::kernel::{Expr, Idx, Loop, Stage, VarId};
-use kiln_sched::memory::live_intervals;
-use kiln_sched::{BufId, BufKind, Program, StepKind};
 use std::collections::HashMap;
 
 /// Folds every such copy into its attention step: the step's `out` becomes the copy's output
-/// (its own result, now written by no step, takes no memory) and the copy step is removed.
-/// Returns, for each step of the new program, the element strides (one per dim of the step's
-/// `out_shape`) an attention step writes its result with (`None`: dense).
-pub(crate) fn write_attention_through_copies(program: &mut Program) -> Vec<Option<Vec<usize>>> {
+/// (its own result, now written by no step, takes no memory), its `out_strides` say where each
+/// element goes, and the copy step is removed. Returns, for each step of the new program, the
+/// element strides (one per dim of the step's `out_shape`) an attention step writes its result
+/// with (`None`: dense).
+pub fn write_attention_through_copies(program: &mut Program) -> Vec<Option<Vec<usize>>> {
     let live = live_intervals(program);
     let n = program.steps.len();
     let found: Vec<Option<(BufId, Vec<usize>)>> = (0..n).map(|i| if i + 1 < n { through(program, &live, i) } else { None }).collect();
@@ -30,8 +32,9 @@ pub(crate) fn write_attention_through_copies(program: &mut Program) -> Vec<Optio
     while let Some(mut step) = old.next() {
         match &found[i] {
             Some((y, s)) => {
-                if let StepKind::Eval { out, .. } = &mut step.kind {
+                if let StepKind::Eval { out, out_strides, .. } = &mut step.kind {
                     orphans.push(std::mem::replace(out, *y));
+                    *out_strides = Some(s.clone());
                 }
                 // The copy's graph nodes are now computed here.
                 if let Some(copy) = old.next() {
@@ -93,27 +96,40 @@ fn through(p: &Program, live: &[Option<(usize, usize)>], i: usize) -> Option<(Bu
     }
     let mut out = vec![0usize; out_shape.len()];
     let mut matched = vec![false; out_shape.len()];
-    let mut covered = Vec::new();
     for &(v, extent) in vars.iter().filter(|(_, e)| *e > 1) {
         let coef = usize::try_from(*lc.get(&v)?).ok()?;
         let d = (0..out_shape.len()).find(|&d| !matched[d] && out_shape[d] == extent && dense[d] == coef)?;
         matched[d] = true;
         out[d] = usize::try_from(*sc.get(&v)?).ok()?;
-        covered.push((out[d], extent));
     }
     if (0..out_shape.len()).any(|d| out_shape[d] > 1 && !matched[d]) {
         return None;
     }
-    // The store covers its output once: its (stride, extent) pairs are a dense layout.
-    covered.sort_unstable();
+    // The store covers its output once.
+    is_permuted_dense(out_shape, &out).then_some((y, out))
+}
+
+/// Whether `strides` lay `shape` out as a permutation of a dense layout: sorted by stride, the
+/// dims of more than one element are a dense row-major layout, so each element has its own
+/// offset below the element count (what a runtime checks before writing through strides).
+pub fn is_permuted_dense(shape: &[usize], strides: &[usize]) -> bool {
+    if shape.len() != strides.len() {
+        return false;
+    }
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut dims: Vec<(usize, usize)> =
+        shape.iter().zip(strides).filter(|(e, _)| **e > 1).map(|(&e, &s)| (s, e)).collect();
+    dims.sort_unstable();
     let mut next = 1;
-    for (stride, extent) in covered {
+    for (stride, extent) in dims {
         if stride != next {
-            return None;
+            return false;
         }
         next *= extent;
     }
-    Some((y, out))
+    true
 }
 
 /// A copy's loop variables (with their extents) and its load and store indices over them.
@@ -191,8 +207,8 @@ fn split(loops: &[Loop], load: &Idx, store: &Idx) -> Option<Split> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{GPU_EXTERN_DTYPES, ScheduleOptions, schedule};
     use kiln_ir::{DType, Graph, HostTensor, Shape, TensorType};
-    use kiln_sched::{GPU_EXTERN_DTYPES, ScheduleOptions, schedule};
 
     /// `merge_heads(attention(q, k, v)) @ w`, heads `[2, 4, 8, 16]`, and `perm` for the merge.
     fn program(perm: Vec<usize>, merged: &[usize]) -> Program {
@@ -206,7 +222,7 @@ mod tests {
         let w = g.constant(HostTensor::from_vec(vec![0.5f32; n * 3], &[n, 3]).unwrap());
         let y = g.add(Op::MatMul, &[m, w]).unwrap();
         g.output(y);
-        schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES }).unwrap().0
+        schedule(&g, &ScheduleOptions { fuse: true, extern_dtypes: GPU_EXTERN_DTYPES, row_epilogues: false }).unwrap().0
     }
 
     #[test]
@@ -224,7 +240,7 @@ mod tests {
         assert_eq!(p.steps.len(), before - 1, "the copy step is gone");
         // [b, h, s, d] written into [b, s, h * d]: b by 8 * 64, h by 16, s by 64, d by 1.
         assert_eq!(strides[0], Some(vec![512, 16, 64, 1]));
-        assert!(matches!(&p.steps[0].kind, StepKind::Eval { out, .. } if *out == copy_out));
+        assert!(matches!(&p.steps[0].kind, StepKind::Eval { out, out_strides: Some(s), .. } if *out == copy_out && s == &[512, 16, 64, 1]));
         assert!(strides[1..].iter().all(Option::is_none));
     }
 
