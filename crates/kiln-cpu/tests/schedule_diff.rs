@@ -587,6 +587,21 @@ fn row_epilogues_layer_norm_softmax_and_global_pool() {
     check(&g, &[f32_input(&[1, 3, 5, 5], 60), f32_input(&[1, 4, 5, 5], 61)]);
     g.output(y);
     check(&g, &[f32_input(&[1, 3, 5, 5], 62), f32_input(&[1, 4, 5, 5], 63)]);
+
+    // The conv paths that finish rows differently: a 3x3 stride-1 conv (Winograd where kiln's
+    // GEMM runs), a 7x7 stride-2 stem (conv tiles) and a grouped one, each with a max over
+    // [H, W] as its row epilogue.
+    for (c, o, hw, k, stride, pad, groups) in [(16, 16, 12, 3, 1, 1, 1), (3, 16, 23, 7, 2, 3, 1), (8, 8, 9, 3, 1, 1, 4)] {
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", DType::F32, &[1, c, hw, hw]);
+        let w = g.constant(f32_input(&[o, c / groups, k, k], 64));
+        let attrs = Conv2dAttrs { stride: [stride; 2], padding: [pad; 4], dilation: [1, 1], groups, channels_last: false };
+        let y = g.add(Op::Conv2d(attrs), &[x, w]).unwrap();
+        let m = g.add(Op::Reduce { op: ReduceOp::Max, axes: vec![2, 3], keep_dims: true }, &[y]).unwrap();
+        g.output(m);
+        assert_eq!(steps_and_epilogues(&g), (1, 1), "{k}x{k} conv");
+        check(&g, &[f32_input(&[1, c, hw, hw], 65)]);
+    }
 }
 
 /// `attention(q, k, v[, mask])` kept whole: the CPU runner's attention step reads its operands
