@@ -12,14 +12,22 @@ use kiln_cuda::Gpu;
 use kiln_ir::HostTensor;
 use support::random_graph::{compare, random_graph};
 
-fn gpu_or_skip(test: &str) -> bool {
-    // SAFETY: set before any GPU work, the same value from every test of this binary.
-    unsafe { std::env::set_var("KILN_CUDA_TF32", "0") };
-    let ok = Gpu::available();
-    if !ok {
+/// The GPU for one test, or `None` (after one line saying why) where there is none. The tests
+/// take it one at a time: kiln does all its work on one stream per device, and a test capturing
+/// a CUDA graph there (reduce-overhead) turned the other tests' work on it into errors and wrong
+/// results under the harness's parallel threads.
+fn gpu_or_skip(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static STRICT_FP32: std::sync::Once = std::sync::Once::new();
+    // SAFETY: the first test to get here sets it while the others wait in `call_once`, before
+    // any of them starts GPU work; nothing else in this binary writes the environment.
+    STRICT_FP32.call_once(|| unsafe { std::env::set_var("KILN_CUDA_TF32", "0") });
+    if !Gpu::available() {
         eprintln!("{test}: skipped, no CUDA GPU here (the driver library or a device is missing)");
+        return None;
     }
-    ok
+    // A test that failed while holding it leaves nothing behind that the next one depends on.
+    Some(GPU.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 fn cache_dir(name: &str) -> std::path::PathBuf {
@@ -44,9 +52,9 @@ fn run_on_gpu(g: &kiln_ir::Graph, xs: &[HostTensor], mode: Mode, cache: &std::pa
 
 #[test]
 fn random_graphs_on_the_gpu_match_the_interpreter() {
-    if !gpu_or_skip("random_graphs_on_the_gpu_match_the_interpreter") {
+    let Some(_gpu) = gpu_or_skip("random_graphs_on_the_gpu_match_the_interpreter") else {
         return;
-    }
+    };
     let dir = cache_dir("random");
     let mut failures = Vec::new();
     for seed in 0..200u64 {
@@ -67,9 +75,9 @@ fn random_graphs_on_the_gpu_match_the_interpreter() {
 
 #[test]
 fn zoo_models_on_the_gpu_match_the_interpreter() {
-    if !gpu_or_skip("zoo_models_on_the_gpu_match_the_interpreter") {
+    let Some(_gpu) = gpu_or_skip("zoo_models_on_the_gpu_match_the_interpreter") else {
         return;
-    }
+    };
     let dir = cache_dir("zoo");
     let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Bottleneck, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
     let rn = resnet::ResNet::new(VarBuilder::random(1, DType::F32), &cfg, 2).unwrap();
@@ -90,9 +98,9 @@ fn zoo_models_on_the_gpu_match_the_interpreter() {
 
 #[test]
 fn out_of_memory_is_an_error_with_sizes_and_the_next_call_works() {
-    if !gpu_or_skip("out_of_memory_is_an_error_with_sizes_and_the_next_call_works") {
+    let Some(_gpu) = gpu_or_skip("out_of_memory_is_an_error_with_sizes_and_the_next_call_works") else {
         return;
-    }
+    };
     let gpu = Gpu::open(0).unwrap();
     let before = gpu.memory_stats();
     let err = gpu.alloc(1 << 50).err().expect("a petabyte allocation must fail");
@@ -118,9 +126,9 @@ fn out_of_memory_is_an_error_with_sizes_and_the_next_call_works() {
 
 #[test]
 fn the_allocator_reuses_freed_blocks_and_counts_them() {
-    if !gpu_or_skip("the_allocator_reuses_freed_blocks_and_counts_them") {
+    let Some(_gpu) = gpu_or_skip("the_allocator_reuses_freed_blocks_and_counts_them") else {
         return;
-    }
+    };
     let gpu = Gpu::open(0).unwrap();
     // 37 MiB + 5: an odd size no other test of this binary asks for.
     let size = (37 << 20) + 5;
@@ -142,9 +150,9 @@ fn the_allocator_reuses_freed_blocks_and_counts_them() {
 
 #[test]
 fn a_corrupted_cubin_in_the_cache_is_rebuilt() {
-    if !gpu_or_skip("a_corrupted_cubin_in_the_cache_is_rebuilt") {
+    let Some(_gpu) = gpu_or_skip("a_corrupted_cubin_in_the_cache_is_rebuilt") else {
         return;
-    }
+    };
     let dir = cache_dir("corrupt");
     let (g, xs) = random_graph(7);
     let want = kiln_cpu::run(&g, &xs).unwrap();
@@ -187,9 +195,9 @@ fn without_a_gpu_compiling_for_cuda_names_what_is_missing() {
 
 #[test]
 fn reduce_overhead_replays_a_cuda_graph_equal_to_plain_launches() {
-    if !gpu_or_skip("reduce_overhead_replays_a_cuda_graph_equal_to_plain_launches") {
+    let Some(_gpu) = gpu_or_skip("reduce_overhead_replays_a_cuda_graph_equal_to_plain_launches") else {
         return;
-    }
+    };
     let dir = cache_dir("graphs");
     let bert = bert::Bert::new(VarBuilder::random(1, DType::F32), &bert::BertConfig::tiny(), 2, 7).unwrap();
     let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Basic, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
@@ -222,9 +230,9 @@ fn reduce_overhead_replays_a_cuda_graph_equal_to_plain_launches() {
 /// zero after cancellation (residual adds, normalised activations of magnitude ~1).
 #[test]
 fn half_models_on_the_gpu_run_matmuls_and_convs_in_cublas_and_cudnn() {
-    if !gpu_or_skip("half_models_on_the_gpu_run_matmuls_and_convs_in_cublas_and_cudnn") {
+    let Some(_gpu) = gpu_or_skip("half_models_on_the_gpu_run_matmuls_and_convs_in_cublas_and_cudnn") else {
         return;
-    }
+    };
     let dir = cache_dir("half");
     let cfg = resnet::ResNetConfig { block: resnet::BlockKind::Bottleneck, layers: [1, 1, 1, 1], base_width: 8, num_classes: 7, image_size: 32 };
     for (dt, tol) in [(DType::BF16, 3e-2), (DType::F16, 1e-2)] {
@@ -278,9 +286,9 @@ fn conv_bn_block() -> (kiln_ir::Graph, Vec<HostTensor>) {
 
 #[test]
 fn conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter() {
-    if !gpu_or_skip("conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter") {
+    let Some(_gpu) = gpu_or_skip("conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter") else {
         return;
-    }
+    };
     let dir = cache_dir("conv-fusion");
     let (g, xs) = conv_bn_block();
     let want = kiln_cpu::run(&g, &xs).unwrap();
@@ -307,9 +315,9 @@ fn conv_bn_add_relu_runs_inside_cudnn_calls_and_matches_the_interpreter() {
 /// whole, and the compiles around it still match the interpreter.
 #[test]
 fn cudnn_conv_rankings_are_stored_in_the_cache_and_a_damaged_entry_is_rewritten() {
-    if !gpu_or_skip("cudnn_conv_rankings_are_stored_in_the_cache_and_a_damaged_entry_is_rewritten") {
+    let Some(_gpu) = gpu_or_skip("cudnn_conv_rankings_are_stored_in_the_cache_and_a_damaged_entry_is_rewritten") else {
         return;
-    }
+    };
     let dir = cache_dir("conv-algos");
     let (g, xs) = conv_bn_block();
     let want = kiln_cpu::run(&g, &xs).unwrap();
@@ -338,9 +346,9 @@ fn cudnn_conv_rankings_are_stored_in_the_cache_and_a_damaged_entry_is_rewritten(
 /// through the ReLU).
 #[test]
 fn linear_bias_and_relu_run_inside_cublaslt_and_match_the_interpreter() {
-    if !gpu_or_skip("linear_bias_and_relu_run_inside_cublaslt_and_match_the_interpreter") {
+    let Some(_gpu) = gpu_or_skip("linear_bias_and_relu_run_inside_cublaslt_and_match_the_interpreter") else {
         return;
-    }
+    };
     use kiln_ir::{BinaryOp, Graph, Op, Shape, TensorType, UnaryOp};
     let dir = cache_dir("gemm-fusion");
     for (dt, tol) in [(DType::F32, 1e-5), (DType::BF16, 3e-2)] {
@@ -379,9 +387,9 @@ fn linear_bias_and_relu_run_inside_cublaslt_and_match_the_interpreter() {
 /// in the inputs, and q, k, v read as strided heads of one projection.
 #[test]
 fn attention_runs_as_one_fused_kernel_and_matches_the_interpreter() {
-    if !gpu_or_skip("attention_runs_as_one_fused_kernel_and_matches_the_interpreter") {
+    let Some(_gpu) = gpu_or_skip("attention_runs_as_one_fused_kernel_and_matches_the_interpreter") else {
         return;
-    }
+    };
     use kiln_ir::{Graph, Op, Shape, SliceAxis, TensorType};
     let dir = cache_dir("attention");
     let cast = |t: HostTensor, dt: DType| kiln_cpu::eval(&Op::Cast(dt), &[&t]).unwrap();
@@ -459,9 +467,9 @@ fn attention_runs_as_one_fused_kernel_and_matches_the_interpreter() {
 #[test]
 fn grouped_and_depthwise_convs_run_channels_last_on_the_gpu_as_the_interpreter() {
     use kiln_ir::{Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};
-    if !gpu_or_skip("grouped_and_depthwise_convs_run_channels_last_on_the_gpu_as_the_interpreter") {
+    let Some(_gpu) = gpu_or_skip("grouped_and_depthwise_convs_run_channels_last_on_the_gpu_as_the_interpreter") else {
         return;
-    }
+    };
     let dir = cache_dir("grouped");
     for dtype in [DType::F32, DType::BF16] {
         let rand = |shape: &[usize], seed: u64| random(shape, dtype, seed);
@@ -494,9 +502,9 @@ fn m_inputs(m: &dyn Model, seed: u64) -> Vec<HostTensor> {
 
 #[test]
 fn a_gather_index_out_of_range_is_an_error_and_the_next_run_works() {
-    if !gpu_or_skip("a_gather_index_out_of_range_is_an_error_and_the_next_run_works") {
+    let Some(_gpu) = gpu_or_skip("a_gather_index_out_of_range_is_an_error_and_the_next_run_works") else {
         return;
-    }
+    };
     let dir = cache_dir("gather");
     let mut g = kiln_ir::Graph::new();
     let table = g.input("table", kiln_ir::TensorType::new(DType::F32, kiln_ir::Shape::fixed(&[5, 3])));
@@ -527,9 +535,9 @@ fn tunable_models() -> Vec<Box<dyn Model>> {
 
 #[test]
 fn max_autotune_on_the_gpu_matches_the_interpreter_and_the_next_compile_reads_its_cache() {
-    if !gpu_or_skip("max_autotune_on_the_gpu_matches_the_interpreter_and_the_next_compile_reads_its_cache") {
+    let Some(_gpu) = gpu_or_skip("max_autotune_on_the_gpu_matches_the_interpreter_and_the_next_compile_reads_its_cache") else {
         return;
-    }
+    };
     let dir = cache_dir("autotune");
     for m in tunable_models() {
         let g = zoo::trace_model(m.as_ref()).unwrap();
@@ -552,9 +560,9 @@ fn max_autotune_on_the_gpu_matches_the_interpreter_and_the_next_compile_reads_it
 #[test]
 fn every_autotune_candidate_computes_what_the_interpreter_does() {
     use kiln_cuda::exec::{GpuStepTuning, GpuTuning};
-    if !gpu_or_skip("every_autotune_candidate_computes_what_the_interpreter_does") {
+    let Some(_gpu) = gpu_or_skip("every_autotune_candidate_computes_what_the_interpreter_does") else {
         return;
-    }
+    };
     let dir = cache_dir("candidates");
     let cache = kiln_sched::DiskCache::open(&dir).unwrap();
     let gpu = Gpu::open(0).unwrap();
