@@ -539,6 +539,27 @@ fn row_epilogues_layer_norm_softmax_and_global_pool() {
     assert_eq!(steps_and_epilogues(&g), (1, 1), "one matmul step, the norm its epilogue");
     check(&g, &[f32_input(&[2, 5, 12], 53), f32_input(&[2, 5, 16], 54)]);
 
+    // gpt2's pre-norm stream: `h = x @ w + b + res` is stored (the next residual add reads it
+    // too) and the next layer norm reduces it: both in the matmul's epilogue.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", DType::F32, &[2, 5, 12]);
+    let res = input(&mut g, "res", DType::F32, &[2, 5, 16]);
+    let w = g.constant(f32_input(&[12, 16], 50));
+    let b = g.constant(f32_input(&[16], 51));
+    let m = g.add(Op::MatMul, &[x, w]).unwrap();
+    let mb = g.add(Op::Binary(BinaryOp::Add), &[m, b]).unwrap();
+    let h = g.add(Op::Binary(BinaryOp::Add), &[mb, res]).unwrap();
+    let gamma = g.constant(f32_input(&[16], 52));
+    let y = g.add(Op::LayerNorm { axis: 2, eps: 1e-5 }, &[h, gamma, b]).unwrap();
+    let e = g.add(Op::Unary(UnaryOp::Exp), &[y]).unwrap();
+    let w2 = g.constant(f32_input(&[16, 16], 53));
+    let f = g.add(Op::MatMul, &[e, w2]).unwrap();
+    let z = g.add(Op::Binary(BinaryOp::Add), &[f, h]).unwrap();
+    g.output(z);
+    let g = decompose(&g).unwrap();
+    assert_eq!(steps_and_epilogues(&g), (2, 2), "norm and exp in the first matmul's epilogue, the add in the second's");
+    check(&g, &[f32_input(&[2, 5, 12], 53), f32_input(&[2, 5, 16], 54)]);
+
     // Attention scores: a batched matmul of heads, softmax over its columns; a NaN and an
     // infinity in the queries reach some rows.
     let mut g = Graph::new();

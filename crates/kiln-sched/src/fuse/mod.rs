@@ -375,12 +375,18 @@ pub(crate) fn plan(
                     let _ = b.try_merge(b.group_of[i], b.group_of[p.index()]);
                 }
             }
-            // The extern whose output rows this reduction reduces takes it as its epilogue.
+            // The extern whose output rows this reduction reduces takes it as its epilogue,
+            // whether it reads the extern's result or a value the extern's epilogue stores
+            // (gpt2's next LayerNorm over `h = ffn2(x) + bias + h`).
             for &p in &reads[i] {
-                if matches!(class[p.index()], Class::Extern(_))
-                    && b.group_of[p.index()] != b.group_of[i]
-                {
-                    let _ = b.try_merge(b.group_of[p.index()], b.group_of[i]);
+                let (gp, gi) = (b.group_of[p.index()], b.group_of[i]);
+                // Sources (inputs, constants) have no group.
+                let extern_group = gp != NONE
+                    && b.groups[gp]
+                        .as_ref()
+                        .is_some_and(|g| matches!(g.kind, GroupKind::Extern(_)));
+                if extern_group && gp != gi {
+                    let _ = b.try_merge(gp, gi);
                 }
             }
             if let Some(w) = failed {
