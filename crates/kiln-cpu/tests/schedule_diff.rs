@@ -521,12 +521,11 @@ fn steps_and_epilogues(g: &Graph) -> (usize, usize) {
     (rep.steps.len(), epi)
 }
 
-#[test]
-fn row_epilogues_layer_norm_softmax_and_global_pool() {
-    // bert's `layer_norm(x @ w + b + residual)`: the matmul's rows are the norm's rows.
-    let mut g = Graph::new();
-    let x = input(&mut g, "x", DType::F32, &[2, 5, 12]);
-    let res = input(&mut g, "res", DType::F32, &[2, 5, 16]);
+/// A transformer's `h = x @ w + b + res` (x `[2, 5, 12]`, res `[2, 5, 16]`) and
+/// `y = layer_norm(h)`: `(h, y)`.
+fn matmul_residual_norm(g: &mut Graph) -> (NodeId, NodeId) {
+    let x = input(g, "x", DType::F32, &[2, 5, 12]);
+    let res = input(g, "res", DType::F32, &[2, 5, 16]);
     let w = g.constant(f32_input(&[12, 16], 50));
     let b = g.constant(f32_input(&[16], 51));
     let m = g.add(Op::MatMul, &[x, w]).unwrap();
@@ -534,6 +533,14 @@ fn row_epilogues_layer_norm_softmax_and_global_pool() {
     let h = g.add(Op::Binary(BinaryOp::Add), &[mb, res]).unwrap();
     let gamma = g.constant(f32_input(&[16], 52));
     let y = g.add(Op::LayerNorm { axis: 2, eps: 1e-5 }, &[h, gamma, b]).unwrap();
+    (h, y)
+}
+
+#[test]
+fn row_epilogues_layer_norm_softmax_and_global_pool() {
+    // bert's `layer_norm(x @ w + b + residual)`: the matmul's rows are the norm's rows.
+    let mut g = Graph::new();
+    let (_, y) = matmul_residual_norm(&mut g);
     g.output(y);
     let g = decompose(&g).unwrap();
     assert_eq!(steps_and_epilogues(&g), (1, 1), "one matmul step, the norm its epilogue");
@@ -542,15 +549,7 @@ fn row_epilogues_layer_norm_softmax_and_global_pool() {
     // gpt2's pre-norm stream: `h = x @ w + b + res` is stored (the next residual add reads it
     // too) and the next layer norm reduces it: both in the matmul's epilogue.
     let mut g = Graph::new();
-    let x = input(&mut g, "x", DType::F32, &[2, 5, 12]);
-    let res = input(&mut g, "res", DType::F32, &[2, 5, 16]);
-    let w = g.constant(f32_input(&[12, 16], 50));
-    let b = g.constant(f32_input(&[16], 51));
-    let m = g.add(Op::MatMul, &[x, w]).unwrap();
-    let mb = g.add(Op::Binary(BinaryOp::Add), &[m, b]).unwrap();
-    let h = g.add(Op::Binary(BinaryOp::Add), &[mb, res]).unwrap();
-    let gamma = g.constant(f32_input(&[16], 52));
-    let y = g.add(Op::LayerNorm { axis: 2, eps: 1e-5 }, &[h, gamma, b]).unwrap();
+    let (h, y) = matmul_residual_norm(&mut g);
     let e = g.add(Op::Unary(UnaryOp::Exp), &[y]).unwrap();
     let w2 = g.constant(f32_input(&[16, 16], 53));
     let f = g.add(Op::MatMul, &[e, w2]).unwrap();
