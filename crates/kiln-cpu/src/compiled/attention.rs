@@ -6,7 +6,7 @@
 //! product with `v` written into the output. One step instead of the decomposed graph's three
 //! (scores matmul + softmax, product, and the reads of the scores between them).
 
-use super::matmul::batch_offset;
+use super::matmul::{batch_index, batch_offset};
 use crate::kernels::matmul::raw_gemm;
 use crate::kernels::norm::softmax_row;
 use kiln_ir::{DType, Error, Op, Result, TensorType};
@@ -85,7 +85,6 @@ pub(crate) unsafe fn run(
         unsafe { std::slice::from_raw_parts_mut(out, numel).fill(0.0) };
         return Ok(());
     }
-    let out_view = BufView { buf: kiln_sched::BufId(0), offset: 0, shape: out_shape.to_vec(), strides: out_strides.to_vec() };
     let mask = mask.map(|m| MaskView::new(m, batch, lq, lk)).transpose()?;
     let scale = scale.unwrap_or(if d == 0 { 1.0 } else { 1.0 / (d as f64).sqrt() }) as f32;
     let batches = numel / (lq * dv);
@@ -97,12 +96,7 @@ pub(crate) unsafe fn run(
     crate::par::for_each_task(batches * blocks, |t| {
         let (b, i0) = (t / blocks, (t % blocks) * block);
         let rows = block.min(lq - i0);
-        let mut idx = vec![0usize; batch.len()];
-        let mut rem = b;
-        for dim in (0..batch.len()).rev() {
-            idx[dim] = rem % batch[dim];
-            rem /= batch[dim];
-        }
+        let idx = batch_index(batch, b);
         let mut scores = vec![0f32; rows * lk];
         // SAFETY: every offset below stays inside the views the caller vouched for: rows
         // i0..i0 + rows of query block b, all keys and values of entry b, and this task's own
@@ -134,7 +128,8 @@ pub(crate) unsafe fn run(
                 }
                 softmax_row(row, false);
             }
-            let ob = (po as *mut f32).add(batch_offset(&out_view, &idx) + i0 * out_strides[r - 2]);
+            let out_at: usize = idx.iter().zip(out_strides).map(|(a, s)| a * s).sum();
+            let ob = (po as *mut f32).add(out_at + i0 * out_strides[r - 2]);
             let (os_r, os_c) = (out_strides[r - 2] as isize, out_strides[r - 1] as isize);
             raw_gemm(rows, dv, lk, ob, os_r, os_c, false, scores.as_ptr(), lk as isize, 1, vb, s(v, 0), s(v, 1), false);
         }

@@ -174,13 +174,19 @@ pub(crate) fn packs(a: &BufView, b: &BufView) -> bool {
 /// Element offsets in `a` and `b` of the matrices that make output matrix `bi` (row-major
 /// over the output's batch dims `batch`).
 fn matrix_offsets(a: &BufView, b: &BufView, batch: &[usize], bi: usize) -> (usize, usize) {
+    let idx = batch_index(batch, bi);
+    (batch_offset(a, &idx), batch_offset(b, &idx))
+}
+
+/// The index over the batch dims `batch` of matrix `bi` (row-major).
+pub(crate) fn batch_index(batch: &[usize], bi: usize) -> Vec<usize> {
     let mut idx = vec![0usize; batch.len()];
     let mut rem = bi;
     for d in (0..batch.len()).rev() {
         idx[d] = rem % batch[d];
         rem /= batch[d];
     }
-    (batch_offset(a, &idx), batch_offset(b, &idx))
+    idx
 }
 
 /// Element offset of matrix `idx` (output batch index) in a view whose batch dims broadcast.
