@@ -73,7 +73,8 @@ fn print_profile(
         ms(sum)
     );
     for s in steps.iter().take(top) {
-        eprintln!("  {:8.3} ms {:5.1}%  step {:3}  {}", ms(s.median), 100.0 * ms(s.median) / ms(sum).max(1e-9), s.step, s.what);
+        let inside = if s.inside_previous { format!(" (ran inside step {})", s.step - 1) } else { String::new() };
+        eprintln!("  {:8.3} ms {:5.1}%  step {:3}  {}{inside}", ms(s.median), 100.0 * ms(s.median) / ms(sum).max(1e-9), s.step, s.what);
     }
     Ok(())
 }

@@ -63,6 +63,7 @@ fn step(kind: StepKind) -> Step {
     Step {
         kind,
         nodes: vec![],
+        with_previous: false,
     }
 }
 

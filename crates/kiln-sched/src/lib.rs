@@ -8,6 +8,7 @@
 //! - [`program`]: the plan as plain data (buffers, steps), what a runtime executes.
 
 pub mod cache;
+pub mod chain;
 pub mod fuse;
 pub mod kernel;
 mod lower;
@@ -23,3 +24,4 @@ pub use program::{BufId, BufKind, BufView, Buffer, Epilogue, ExternOp, MemoryPla
 pub use cache::{CacheKey, CacheOutcome, DiskCache};
 pub use memory::{naive_bytes, plan_memory};
 pub use write_through::write_attention_through_copies;
+pub use chain::chain_steps;

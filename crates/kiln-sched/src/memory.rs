@@ -5,7 +5,9 @@
 //!   (normally the one that writes it) to the last step that reads it, both inclusive; an
 //!   extern's epilogue arguments count at the extern's step; program outputs stay live to the
 //!   end. Two buffers live at the same step never share bytes, so a step never reads memory
-//!   it is overwriting — except for the in-place case below.
+//!   it is overwriting — except for the in-place case below. Steps that run as one launch
+//!   ([`Step::with_previous`](crate::Step::with_previous)) count as one step: their work
+//!   interleaves, so nothing either touches may share bytes with anything the other does.
 //! - In place: a pointwise kernel (one `Store` stage writing one temporary, as many points as
 //!   output elements) may write into the place of a temporary input that dies at that step,
 //!   has the same element size and count, and is only loaded at exactly the store's index:
@@ -47,7 +49,8 @@ pub fn naive_bytes(p: &Program) -> usize {
         .sum()
 }
 
-/// First and last step (inclusive) at which a temporary is live; `None` when no step uses it.
+/// First and last step (inclusive) at which a temporary is live, each the first step of its
+/// launch (see [`Program::launch_of_steps`]); `None` when no step uses it.
 type Interval = Option<(usize, usize)>;
 
 /// Per buffer: the live interval of each temporary (see the module docs).
@@ -61,7 +64,8 @@ pub fn live_intervals(p: &Program) -> Vec<Interval> {
             });
         }
     };
-    for (i, step) in p.steps.iter().enumerate() {
+    let launch = p.launch_of_steps();
+    for (step, &i) in p.steps.iter().zip(&launch) {
         match &step.kind {
             StepKind::Kernel { args, .. } => args.iter().for_each(|&b| touch(b, i)),
             StepKind::Extern {
@@ -82,7 +86,7 @@ pub fn live_intervals(p: &Program) -> Vec<Interval> {
             }
         }
     }
-    let end = p.steps.len().saturating_sub(1);
+    let end = launch.last().copied().unwrap_or(0);
     for (b, _) in &p.outputs {
         if let Some(slot) = live.get_mut(b.index()) {
             *slot = Some(slot.map_or((end, end), |(s, _)| (s, end)));
@@ -199,7 +203,7 @@ pub fn plan_memory(p: &Program) -> MemoryPlan {
     // `root[b]`: the buffer whose allocation `b` shares (itself unless written in place).
     let mut root: Vec<usize> = (0..p.buffers.len()).collect();
     let mut in_place = 0usize;
-    for (i, step) in p.steps.iter().enumerate() {
+    for (step, &i) in p.steps.iter().zip(&p.launch_of_steps()) {
         let pair = match &step.kind {
             StepKind::Kernel { kernel, args } => in_place_pair(p, &live, i, kernel, args, None),
             StepKind::Extern { op: ExternOp::Conv2d(_), inputs, out, out_shape, epilogue: None } => inputs.get(3).and_then(|z| residual_pair(p, &live, i, z, *out, out_shape)),

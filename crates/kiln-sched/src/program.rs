@@ -126,6 +126,10 @@ pub enum StepKind {
 pub struct Step {
     pub kind: StepKind,
     pub nodes: Vec<NodeId>,
+    /// Runs inside the step before it, interleaved with it (see [`crate::chain`]): one launch
+    /// for both, and every buffer either touches is live across both. A runtime that cannot
+    /// interleave them may run them one after the other.
+    pub with_previous: bool,
 }
 
 /// Where the [`BufKind::Temp`] buffers live: byte offsets into one arena.
@@ -167,8 +171,23 @@ impl Program {
         })
     }
 
-    /// Launches per run: one per step (an extern and its epilogue count as one).
+    /// Launches per run: one per step (an extern and its epilogue count as one), a step that
+    /// runs [`Step::with_previous`] none.
     pub fn launches(&self) -> usize {
-        self.steps.len()
+        self.steps.iter().filter(|s| !s.with_previous).count()
+    }
+
+    /// Per step, the index of the first step of the launch it runs in (itself, or the step
+    /// it runs inside of, see [`Step::with_previous`]).
+    pub fn launch_of_steps(&self) -> Vec<usize> {
+        let mut first = 0;
+        (0..self.steps.len())
+            .map(|i| {
+                if !self.steps[i].with_previous {
+                    first = i;
+                }
+                first
+            })
+            .collect()
     }
 }

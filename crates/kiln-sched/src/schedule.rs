@@ -57,7 +57,7 @@ pub fn schedule(graph: &Graph, opts: &ScheduleOptions) -> kiln_ir::Result<(Progr
                         !matches!(c, Class::Source | Class::View) && is_live(graph, &plan, *i)
                     })
                     .count();
-                return Ok((program, FusionReport { steps, compute_ops }));
+                return Ok((program, FusionReport { steps, compute_ops, with_previous: Vec::new() }));
             }
             Err(Ok(node)) => {
                 if !isolate.insert(node) {

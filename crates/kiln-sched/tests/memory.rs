@@ -112,6 +112,7 @@ fn pointwise(p: &mut Program, reads: &[(BufId, Read)], out: BufId, unary: Option
     p.steps.push(Step {
         kind: StepKind::Kernel { kernel: k, args },
         nodes: vec![],
+        with_previous: false,
     });
 }
 
@@ -343,6 +344,29 @@ fn chain_reuses_memory_two_buffers() {
     assert_eq!(plan.arena_bytes, 2 * 4096);
     assert_eq!(naive_bytes(&p), 5 * 4096);
     assert_eq!(plan.offsets[x.index()], None);
+    assert_eq!(simulate(&p, Some(&plan)), simulate(&p, None));
+}
+
+/// Steps that run as one launch (`with_previous`) keep every buffer either touches apart: in
+/// the chain above, the buffer the third step writes may no longer take the place of the one
+/// the first step wrote (still read by the second, which runs interleaved with the third).
+#[test]
+fn steps_run_with_the_previous_one_share_no_memory() {
+    let mut p = program();
+    let x = input(&mut p, DType::F32, 1024);
+    let t: Vec<BufId> = (0..3).map(|_| buf(&mut p, DType::F32, 1024, BufKind::Temp)).collect();
+    pointwise(&mut p, &[(x, Read::Reversed)], t[0], None);
+    pointwise(&mut p, &[(t[0], Read::Reversed)], t[1], None);
+    pointwise(&mut p, &[(t[1], Read::Reversed)], t[2], None);
+    output(&mut p, t[2]);
+    assert_eq!(off(&plan_memory(&p), t[0]), off(&plan_memory(&p), t[2]), "t0 dies before t2 is born");
+    p.steps[2].with_previous = true;
+    assert_eq!(p.launches(), 2);
+    assert_eq!(p.launch_of_steps(), vec![0, 1, 1]);
+    let plan = plan_memory(&p);
+    let (a, c) = (off(&plan, t[0]), off(&plan, t[2]));
+    assert!(a.abs_diff(c) >= 4096, "t0 at {a} and t2 at {c} overlap");
+    assert_eq!(plan.arena_bytes, 3 * 4096);
     assert_eq!(simulate(&p, Some(&plan)), simulate(&p, None));
 }
 
@@ -669,6 +693,7 @@ fn push_matmul(p: &mut Program, x: BufId, out: BufId, epilogue: Epilogue) {
             epilogue: Some(epilogue),
         },
         nodes: vec![],
+        with_previous: false,
     });
 }
 

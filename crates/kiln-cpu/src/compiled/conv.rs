@@ -21,7 +21,9 @@ use super::raw;
 use super::steps::Epi;
 use kiln_ir::{Conv2dAttrs, Error, Result};
 use kiln_sched::{BufId, BufView};
-use std::sync::OnceLock;
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::{Mutex, OnceLock};
 
 /// Sizes of one convolution, checked against each other.
 pub(super) struct Geom {
@@ -200,6 +202,7 @@ pub(crate) fn run(
     scratch: &mut Vec<f32>,
     block_rows: Option<usize>,
     packed: Option<&Prepacked>,
+    then: Option<&Chained>,
 ) -> Result<()> {
     let g = Geom::new(a, inputs, out_shape)?;
     epi.check_rows(g.n * g.o)?;
@@ -207,19 +210,14 @@ pub(crate) fn run(
     let px = ptrs[x.buf.index()] as *const f32;
     let pout = ptrs[out.index()] as *mut f32;
     let p = g.p();
-    // The bias as it lies when dense (the usual constant), else a copy.
-    let bias_copy: Vec<f32>;
-    let bias: Option<&[f32]> = match inputs.get(2) {
-        // SAFETY: the view was checked inside its buffer when the executable was built.
-        Some(b) if b.strides == [1] || g.o <= 1 => Some(unsafe {
-            std::slice::from_raw_parts((ptrs[b.buf.index()] as *const f32).add(b.offset), g.o)
-        }),
-        Some(b) => {
-            bias_copy = read_f32(ptrs, b);
-            Some(&bias_copy)
-        }
-        None => None,
-    };
+    let bias_of = bias_of(ptrs, inputs, g.o);
+    let bias = bias_of.as_deref();
+    if then.is_some_and(|c| (c.images, c.channels, c.pixels) != (g.n, g.o, p)) {
+        return Err(Error::Shape("a chained conv must read this conv's whole output".into()));
+    }
+    if then.is_some() && packed.and_then(Prepacked::conv_gemm).is_none() {
+        return Err(Error::Unsupported("a conv chained onto a conv that does not run on kiln's GEMM".into()));
+    }
     #[cfg(target_arch = "x86_64")]
     if let Some(cell) = packed.and_then(Prepacked::conv_winograd) {
         // SAFETY: as for the conv tiles below; the scratch was sized by `scratch_elems` for
@@ -252,31 +250,27 @@ pub(crate) fn run(
         for img in 0..g.n {
             let x_off = x.offset + img * x.strides[0];
             let out = pout.wrapping_add(img * g.o * p);
-            let row0 = img * g.o;
-            if epi.blocks() {
+            if epi.blocks() || (then.is_some() && !epi.present()) {
                 // The bias and the epilogue on each block of the output as the GEMM finishes
-                // it, while it is in cache (a separate pass read the whole output back).
+                // it, while it is in cache (a separate pass read the whole output back); a
+                // chained conv on each range of pixels once all their channels are final.
                 let failed = std::sync::Mutex::new(None);
-                let out_at = out as usize;
-                let done = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
-                    if let Some(b) = bias {
-                        for r in rows.clone() {
-                            // SAFETY: row r's columns `cols` are inside image img's output.
-                            let row = unsafe { std::slice::from_raw_parts_mut((out_at as *mut f32).add(r * p + cols.start), cols.len()) };
-                            row.iter_mut().for_each(|v| *v += b[r]);
-                        }
-                    }
-                    if let (Err(e), Ok(mut first)) = (epi.block(row0 + rows.start..row0 + rows.end, cols), failed.lock()) {
-                        first.get_or_insert(e);
+                let finish = Finish { out: out as usize, p, bias, epi, row0: img * g.o };
+                let done = |rows: Range<usize>, cols: Range<usize>| finish.block(rows, cols, &failed);
+                let swept = |cols: Range<usize>| {
+                    if let Some(c) = then {
+                        c.run(img, cols, &failed);
                     }
                 };
-                // SAFETY: as for the GEMM below; `done` writes only the block it is given.
+                let then = gemm::Then { block: Some(&done), swept: then.is_some().then_some(&swept as gemm::Swept) };
+                // SAFETY: as for the GEMM below; `done` and the chained conv write only the
+                // block and the pixels they are given.
                 unsafe {
                     match direct_input(&g, x) {
-                        Some(cs) => gemm::gemm_a_then(wa, p, px.add(x_off), x.strides[1] as isize, cs as isize, out, p, &done),
+                        Some(cs) => gemm::gemm_a_then(wa, p, px.add(x_off), x.strides[1] as isize, cs as isize, out, p, then),
                         None => {
                             im2col_panels(&g, x, px, x_off, scratch);
-                            gemm::gemm_a_panels_then(wa, p, scratch.as_ptr(), out, p, &done)
+                            gemm::gemm_a_panels_then(wa, p, scratch.as_ptr(), out, p, then)
                         }
                     }
                 };
@@ -301,7 +295,14 @@ pub(crate) fn run(
                 // SAFETY: as above.
                 add_bias(unsafe { std::slice::from_raw_parts_mut(out, g.o * p) }, b, p);
             }
-            epi.rows(row0, row0 + g.o)?;
+            epi.rows(img * g.o, (img + 1) * g.o)?;
+            if let Some(c) = then {
+                let failed = std::sync::Mutex::new(None);
+                c.run(img, 0..p, &failed);
+                if let Some(e) = failed.into_inner().ok().flatten() {
+                    return Err(e);
+                }
+            }
         }
         return Ok(());
     }
@@ -376,6 +377,127 @@ pub(crate) fn run(
         }
     }
     Ok(())
+}
+
+/// The bias of a conv with `o` output channels: as it lies when dense (the usual constant),
+/// else a copy.
+fn bias_of<'a>(ptrs: &[*mut u8], inputs: &[BufView], o: usize) -> Option<Cow<'a, [f32]>> {
+    let b = inputs.get(2)?;
+    Some(if b.strides == [1] || o <= 1 {
+        // SAFETY: the view was checked inside its buffer when the executable was built, and
+        // the buffer outlives the run that reads it.
+        Cow::Borrowed(unsafe { std::slice::from_raw_parts((ptrs[b.buf.index()] as *const f32).add(b.offset), o) })
+    } else {
+        Cow::Owned(read_f32(ptrs, b))
+    })
+}
+
+/// What a conv on kiln's GEMM does to each block of its output once the GEMM has finished it:
+/// adds the bias and runs the epilogue, on the calling thread.
+struct Finish<'a> {
+    /// The output of the image being computed (an address, so that threads share it).
+    out: usize,
+    /// Pixels per channel (the output's row length).
+    p: usize,
+    bias: Option<&'a [f32]>,
+    epi: &'a Epi<'a>,
+    /// The epilogue's row of this image's channel 0.
+    row0: usize,
+}
+
+impl Finish<'_> {
+    /// Finishes channels `rows` by pixels `cols` of the image; the epilogue's first error
+    /// goes to `failed`.
+    fn block(&self, rows: Range<usize>, cols: Range<usize>, failed: &Mutex<Option<Error>>) {
+        if let Some(b) = self.bias {
+            for r in rows.clone() {
+                // SAFETY: row r's columns `cols` are inside the image's output (the GEMM's
+                // block, which this thread alone writes).
+                let row = unsafe { std::slice::from_raw_parts_mut((self.out as *mut f32).add(r * self.p + cols.start), cols.len()) };
+                row.iter_mut().for_each(|v| *v += b[r]);
+            }
+        }
+        if self.epi.present()
+            && let (Err(e), Ok(mut first)) = (self.epi.block(self.row0 + rows.start..self.row0 + rows.end, cols), failed.lock())
+        {
+            first.get_or_insert(e);
+        }
+    }
+}
+
+/// A 1x1 conv chained onto a conv on kiln's GEMM (see `kiln_sched::chain`): it reads the
+/// first conv's stored output (after its epilogue) and runs on each range of its pixels as
+/// soon as every channel of them is final, on the thread that computed them, while they are
+/// in its cache.
+pub(crate) struct Chained<'a> {
+    /// The chained conv's weights, packed for kiln's GEMM.
+    wa: &'a gemm::PackedA,
+    bias: Option<Cow<'a, [f32]>>,
+    /// Its input, image 0 (the first conv's stored output, dense), as an address.
+    x: usize,
+    /// Its output, image 0 (dense), as an address.
+    out: usize,
+    /// Images, input channels (the first conv's output channels) and pixels per channel.
+    images: usize,
+    channels: usize,
+    pixels: usize,
+    epi: &'a Epi<'a>,
+}
+
+// SAFETY: the addresses are of the step's buffers, which threads touch on disjoint pixels.
+unsafe impl Sync for Chained<'_> {}
+
+impl<'a> Chained<'a> {
+    /// The chained conv of `a`, `inputs`, writing `out` (shape `out_shape`) with epilogue
+    /// `epi`, when it can run chained: a 1x1 stride-1 unpadded conv of dense input on kiln's
+    /// GEMM (its `packed` cell) whose epilogue, if any, runs in blocks.
+    pub(crate) fn new(
+        a: &Conv2dAttrs,
+        inputs: &[BufView],
+        ptrs: &[*mut u8],
+        out: BufId,
+        out_shape: &[usize],
+        epi: &'a Epi<'a>,
+        packed: Option<&'a Prepacked>,
+    ) -> Option<Chained<'a>> {
+        let g = Geom::new(a, inputs, out_shape).ok()?;
+        let x = &inputs[0];
+        let dense = *x == BufView::dense(x.buf, &x.shape);
+        let cell = packed.and_then(Prepacked::conv_gemm)?;
+        if !g.is_pointwise() || !dense || (epi.present() && !epi.blocks()) {
+            return None;
+        }
+        let (_dense, pw, w_rs, w_cs) = weight_matrix(ptrs, &inputs[1], &g);
+        // SAFETY: the weight matrix is read inside its view (checked when the executable was built).
+        let wa = cell.get_or_init(|| unsafe { gemm::PackedA::pack(g.o, g.k(), pw, w_rs as isize, w_cs as isize) });
+        Some(Chained {
+            wa,
+            bias: bias_of(ptrs, inputs, g.o),
+            x: (ptrs[x.buf.index()] as *const f32).wrapping_add(x.offset) as usize,
+            out: ptrs[out.index()] as usize,
+            images: g.n,
+            channels: g.cg,
+            pixels: g.p(),
+            epi,
+        })
+    }
+
+    /// Runs on pixels `cols` of image `img`, on this thread; the epilogue's first error goes
+    /// to `failed`.
+    fn run(&self, img: usize, cols: Range<usize>, failed: &Mutex<Option<Error>>) {
+        let (o, p) = (self.wa.m(), self.pixels);
+        let out = (self.out as *mut f32).wrapping_add(img * o * p);
+        let finish = Finish { out: out as usize, p, bias: self.bias.as_deref(), epi: self.epi, row0: img * o };
+        let start = cols.start;
+        let done = |rows: Range<usize>, c: Range<usize>| finish.block(rows, start + c.start..start + c.end, failed);
+        let x = (self.x as *const f32).wrapping_add(img * self.channels * p + start);
+        // SAFETY: the input holds `channels` rows of `p` pixels per image and the output `o`
+        // rows (checked when the executable was built); pixels `cols` of this image are final
+        // in the input and written by this thread alone in the output.
+        unsafe {
+            gemm::gemm_a_here_then(self.wa, cols.len(), x, p as isize, 1, out.add(start), p, gemm::Then { block: Some(&done), swept: None })
+        };
+    }
 }
 
 /// The weights as an `[O, K]` matrix (pointer, row stride, column stride): as they lie when

@@ -168,6 +168,7 @@ impl Executable {
             exe: self,
             ptrs: &ptrs,
             scratch: &mut state.scratch,
+            ran_inside: None,
         };
         // The steps run on a worker of rayon's pool, so that each step's parallel parts start
         // there: from this thread, every step's work was sent to the pool and this thread woken
@@ -230,6 +231,8 @@ pub(crate) struct BoundRun<'a> {
     exe: &'a Executable,
     ptrs: &'a [*mut u8],
     scratch: &'a mut Vec<f32>,
+    /// The step that last ran inside the step before it (see [`BoundRun::step`]).
+    ran_inside: Option<usize>,
 }
 
 impl BoundRun<'_> {
@@ -238,15 +241,34 @@ impl BoundRun<'_> {
         &self.exe.program
     }
 
+    /// The step that ran inside the step run last, if one did (see [`BoundRun::step`]).
+    pub(crate) fn ran_inside(&self) -> Option<usize> {
+        self.ran_inside
+    }
+
     /// The constants step `i` packs once, which say how it runs (see `prepack`).
     pub(crate) fn prepacked(&self, i: usize) -> Option<&Prepacked> {
         self.exe.prepacked[i].as_ref()
     }
 
-    /// Runs step `i` with the knobs `tune`.
+    /// Runs step `i` with the knobs `tune`, and the step after it inside it when that one
+    /// runs [`with_previous`](kiln_sched::Step::with_previous) and this runner can (see
+    /// `steps::run_chained`; else it runs on its own when its turn comes).
     pub(crate) fn step(&mut self, i: usize, tune: StepTuning) -> Result<()> {
         let p = &self.exe.program;
         let step = &p.steps[i];
+        if self.ran_inside.take() == Some(i) {
+            return Ok(());
+        }
+        if let Some(next) = p.steps.get(i + 1).filter(|s| s.with_previous) {
+            let packed = [self.exe.prepacked[i].as_ref(), self.exe.prepacked[i + 1].as_ref()];
+            let ran = steps::run_chained(p, &step.kind, &next.kind, self.ptrs, &*self.exe.kernels, self.scratch, tune, packed)
+                .map_err(|e| e.context(&format!("steps {i} and {} (nodes {:?}, {:?})", i + 1, step.nodes, next.nodes)))?;
+            if ran {
+                self.ran_inside = Some(i + 1);
+                return Ok(());
+            }
+        }
         steps::run_step(
             p,
             &step.kind,

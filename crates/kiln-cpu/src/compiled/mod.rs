@@ -9,6 +9,7 @@
 
 mod attention;
 mod autotune;
+mod chain;
 mod conv;
 #[cfg(target_arch = "x86_64")]
 mod conv_tiles;
@@ -27,6 +28,7 @@ mod tuning;
 mod views;
 
 pub use attention::runs_composite as attention_runs_composite;
+pub use chain::runs_chained;
 pub use autotune::{AutotuneOptions, AutotuneReport, MIN_GAIN, StepResult, WHOLE_RUNS, autotune};
 pub use executable::{Executable, check_steps, place_temps};
 pub use interp::InterpKernels;

@@ -14,6 +14,9 @@ pub struct StepTime {
     pub what: String,
     /// Median time of the step over the profiled runs.
     pub median: Duration,
+    /// True when the step ran inside the step before it (see `kiln_sched::chain`), whose time
+    /// then includes it.
+    pub inside_previous: bool,
 }
 
 /// Runs `exe` on `inputs` `runs` times (at least 1) timing every step; returns each step's
@@ -22,6 +25,7 @@ pub fn profile(exe: &Executable, inputs: &[HostTensor], runs: usize) -> Result<(
     let p = exe.program();
     let runs = runs.max(1);
     let mut per_step = vec![Vec::with_capacity(runs); p.steps.len()];
+    let mut inside = vec![false; p.steps.len()];
     let mut whole = Vec::with_capacity(runs);
     for _ in 0..runs {
         let start = Instant::now();
@@ -29,6 +33,9 @@ pub fn profile(exe: &Executable, inputs: &[HostTensor], runs: usize) -> Result<(
             let t = Instant::now();
             run.step(i, exe.tuning().step(i))?;
             per_step[i].push(t.elapsed());
+            if let Some(j) = run.ran_inside() {
+                inside[j] = true;
+            }
             Ok(())
         })?;
         whole.push(start.elapsed());
@@ -36,7 +43,7 @@ pub fn profile(exe: &Executable, inputs: &[HostTensor], runs: usize) -> Result<(
     let steps = per_step
         .into_iter()
         .enumerate()
-        .map(|(i, times)| StepTime { step: i, what: describe(&p.steps[i].kind), median: median(times) })
+        .map(|(i, times)| StepTime { step: i, what: describe(&p.steps[i].kind), median: median(times), inside_previous: inside[i] })
         .collect();
     Ok((steps, median(whole)))
 }

@@ -57,27 +57,8 @@ pub(crate) fn run_step(
             out_shape,
             epilogue,
         } => {
-            for v in inputs.iter().map(|v| v.buf).chain([*out]) {
-                if p.buffer(v).dtype != DType::F32 {
-                    return Err(Error::Unsupported(format!(
-                        "extern {op:?}: buffer {} is {}, externs take f32 only (schedule other dtypes as Eval)",
-                        v.0,
-                        p.buffer(v).dtype
-                    )));
-                }
-            }
-            let out_bytes = p.buffer(*out).numel * 4;
-            let block = epilogue.as_ref().and_then(|e| {
-                let f = kernels.cols_fn(&e.kernel)?;
-                col_blocks_safe(e, ptrs, ptrs[out.index()], out_bytes).then(|| (f, bind(ptrs, &e.args)))
-            });
-            let epi = Epi {
-                kernels,
-                epilogue: epilogue.as_ref(),
-                ptrs,
-                chunks: tune.chunks,
-                block,
-            };
+            check_f32(p, op, inputs, *out)?;
+            let epi = Epi::new(kernels, epilogue.as_ref(), ptrs, tune.chunks, written_spans(p, None, ptrs, *out));
             match op {
                 ExternOp::MatMul => {
                     matmul::run(
@@ -100,10 +81,82 @@ pub(crate) fn run_step(
                     scratch,
                     tune.block_rows,
                     packed,
+                    None,
                 ),
             }
         }
     }
+}
+
+/// Runs `first` with `second` chained onto it (see `kiln_sched::chain`), when this runner can:
+/// `second` a 1x1 conv reading what `first`, a conv on kiln's GEMM, stores, each with an
+/// epilogue that runs in blocks, if any. `Ok(false)` (nothing run) when it cannot.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_chained(
+    p: &Program,
+    first: &StepKind,
+    second: &StepKind,
+    ptrs: &[*mut u8],
+    kernels: &dyn LaunchKernel,
+    scratch: &mut Vec<f32>,
+    tune: StepTuning,
+    packed: [Option<&Prepacked>; 2],
+) -> Result<bool> {
+    let (
+        StepKind::Extern { op: op1 @ ExternOp::Conv2d(a1), inputs: in1, out: out1, out_shape: s1, epilogue: e1 },
+        StepKind::Extern { op: op2 @ ExternOp::Conv2d(a2), inputs: in2, out: out2, out_shape: s2, epilogue: e2 },
+    ) = (first, second)
+    else {
+        return Ok(false);
+    };
+    if chain_source(first) != in2.first().map(|v| v.buf) || packed[0].and_then(Prepacked::conv_gemm).is_none() {
+        return Ok(false);
+    }
+    check_f32(p, op1, in1, *out1)?;
+    check_f32(p, op2, in2, *out2)?;
+    let epi1 = Epi::new(kernels, e1.as_ref(), ptrs, tune.chunks, written_spans(p, None, ptrs, *out1));
+    // The second epilogue may read what the first step writes only at its own points, the
+    // only ones final when it runs.
+    let mut written = written_spans(p, e1.as_ref(), ptrs, *out1);
+    written.extend(written_spans(p, None, ptrs, *out2));
+    let epi2 = Epi::new(kernels, e2.as_ref(), ptrs, None, written);
+    if epi1.present() && !epi1.blocks() {
+        return Ok(false);
+    }
+    let Some(chained) = conv::Chained::new(a2, in2, ptrs, *out2, s2, &epi2, packed[1]) else {
+        return Ok(false);
+    };
+    conv::run(a1, in1, ptrs, *out1, s1, &epi1, scratch, tune.block_rows, packed[0], Some(&chained))?;
+    Ok(true)
+}
+
+/// The buffer that holds an extern step's final values: its epilogue's one store, else its
+/// own output (`None` for other steps, or an epilogue of several stores).
+pub(crate) fn chain_source(step: &StepKind) -> Option<BufId> {
+    let StepKind::Extern { out, epilogue, .. } = step else {
+        return None;
+    };
+    let Some(e) = epilogue else {
+        return Some(*out);
+    };
+    match &e.kernel.stages[..] {
+        [Stage::Store { arg, .. }] => e.args.get(*arg as usize).copied(),
+        _ => None,
+    }
+}
+
+/// Errors unless every buffer an extern reads or writes is f32.
+fn check_f32(p: &Program, op: &ExternOp, inputs: &[BufView], out: BufId) -> Result<()> {
+    for v in inputs.iter().map(|v| v.buf).chain([out]) {
+        if p.buffer(v).dtype != DType::F32 {
+            return Err(Error::Unsupported(format!(
+                "extern {op:?}: buffer {} is {}, externs take f32 only (schedule other dtypes as Eval)",
+                v.0,
+                p.buffer(v).dtype
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A one-line description of a step for reports (`kiln bench --profile`, max-autotune's log):
@@ -156,7 +209,36 @@ pub(crate) struct Epi<'a> {
 // elements (`col_blocks_safe`).
 unsafe impl Sync for Epi<'_> {}
 
-impl Epi<'_> {
+impl<'a> Epi<'a> {
+    /// The epilogue of an extern, run in blocks where `kernels` has its column-block twin and
+    /// [`col_blocks_safe`] holds of the memory the step writes (`written`: the extern's
+    /// output, and what a step it runs inside of writes).
+    pub(crate) fn new(
+        kernels: &'a dyn LaunchKernel,
+        epilogue: Option<&'a Epilogue>,
+        ptrs: &'a [*mut u8],
+        chunks: Option<usize>,
+        written: Vec<Range<usize>>,
+    ) -> Epi<'a> {
+        let span = |b: BufId| {
+            let len = epilogue
+                .and_then(|e| e.args.iter().position(|&a| a == b).map(|i| e.kernel.args[i].len * e.kernel.args[i].dtype.size_of()))
+                .unwrap_or(0);
+            ptrs[b.index()] as usize..ptrs[b.index()] as usize + len
+        };
+        let block = epilogue.and_then(|e| {
+            let f = kernels.cols_fn(&e.kernel)?;
+            col_blocks_safe(e, &span, written).then(|| (f, bind(ptrs, &e.args)))
+        });
+        Epi {
+            kernels,
+            epilogue,
+            ptrs,
+            chunks,
+            block,
+        }
+    }
+
     /// True when there is an epilogue (externs then work in row blocks).
     pub(crate) fn present(&self) -> bool {
         self.epilogue.is_some()
@@ -224,10 +306,12 @@ impl Epi<'_> {
 
 /// True when epilogue `e` gives the same results run block by block, each block as soon as
 /// the extern has written it: its one store and every load of memory that the epilogue or the
-/// extern writes (`out`, `out_bytes` long) are at the point it runs (`row * cols + col`), so no
-/// block reads what another block writes. Other loads (a residual, per-channel constants)
-/// may be anywhere.
-fn col_blocks_safe(e: &Epilogue, ptrs: &[*mut u8], out: *mut u8, out_bytes: usize) -> bool {
+/// extern writes (`written`, the extern's output among them) are at the point it runs
+/// (`row * cols + col`), so no block reads what another block writes. Other loads (a
+/// residual, per-channel constants) may be anywhere. `span(b)` is the memory of buffer `b`:
+/// its addresses when run, or any disjoint ranges (one per buffer) to decide it from the
+/// program alone.
+pub(crate) fn col_blocks_safe(e: &Epilogue, span: &dyn Fn(BufId) -> Range<usize>, mut written: Vec<Range<usize>>) -> bool {
     let k = &e.kernel;
     let [row, col] = &k.outer[..] else {
         return false;
@@ -241,23 +325,35 @@ fn col_blocks_safe(e: &Epilogue, ptrs: &[*mut u8], out: *mut u8, out_bytes: usiz
                 && coef.iter().all(|(&v, &a)| a == 0 || v == row.var || v == col.var)
         })
     };
-    let span = |i: u32| {
-        let (a, b) = (&k.args[i as usize], e.args[i as usize]);
-        let start = ptrs[b.index()] as usize;
-        start..start + a.len * a.dtype.size_of()
-    };
-    let mut written = vec![out as usize..out as usize + out_bytes];
+    let arg_span = |i: u32| span(e.args[i as usize]);
     for stage in &k.stages {
         match stage {
-            Stage::Store { loops, arg, index, .. } if loops.is_empty() && at_point(index) => written.push(span(*arg)),
+            Stage::Store { loops, arg, index, .. } if loops.is_empty() && at_point(index) => written.push(arg_span(*arg)),
             _ => return false,
         }
     }
     let overlaps = |r: &Range<usize>| written.iter().any(|w| w.start < r.end && r.start < w.end);
     k.exprs.iter().all(|n| match &n.expr {
-        Expr::Load { arg, index } => !overlaps(&span(*arg)) || at_point(index),
+        Expr::Load { arg, index } => !overlaps(&arg_span(*arg)) || at_point(index),
         _ => true,
     })
+}
+
+/// The buffers an extern step writes: its output `out` and the stores of its epilogue `e`.
+pub(crate) fn written_bufs(e: Option<&Epilogue>, out: BufId) -> Vec<BufId> {
+    let stores = e.into_iter().flat_map(|e| {
+        e.kernel.stages.iter().filter_map(|s| match s {
+            Stage::Store { arg, .. } => e.args.get(*arg as usize).copied(),
+            _ => None,
+        })
+    });
+    [out].into_iter().chain(stores).collect()
+}
+
+/// [`written_bufs`] as address ranges.
+fn written_spans(p: &Program, e: Option<&Epilogue>, ptrs: &[*mut u8], out: BufId) -> Vec<Range<usize>> {
+    let span = |b: BufId| ptrs[b.index()] as usize..ptrs[b.index()] as usize + p.buffer(b).bytes();
+    written_bufs(e, out).into_iter().map(span).collect()
 }
 
 /// f32 elements of scratch an extern needs (`None` when it needs none), given the constant

@@ -72,8 +72,9 @@ pub(super) unsafe fn block(
 }
 
 /// Row tiles `tiles`, panels `panels` of `c = a @ b` for a packed `a` (see
-/// [`super::gemm_a`]); `wide` as for [`block`]; `done` called on each tile's rows of a block
-/// of panels after its last pass over the depth. For each block of 8 panels, `b` is packed (read
+/// [`super::gemm_a`]); `wide` as for [`block`]; `then.block` called on each tile's rows of a
+/// block of panels after its last pass over the depth, `then.swept` on the block's columns
+/// after its last tile when `tiles` are all of `a`'s. For each block of 8 panels, `b` is packed (read
 /// where it lies when it is already in panels, or when its rows are whole cache lines) as many
 /// rows at a time as fit [`B_BLOCK_BYTES`] of L2, and each tile
 /// of `a` then runs all of that block's depth before the next tile starts: the tile's 6 x 256
@@ -96,9 +97,10 @@ pub(super) unsafe fn block_a(
     c: *mut f32,
     ldc: usize,
     wide: bool,
-    done: Option<super::Done>,
+    then: super::Then,
 ) {
     let (m, k) = (a.m, a.k);
+    let swept = then.swept.filter(|_| tiles.start == 0 && tiles.end * ROWS >= m);
     // A right-hand side of whole 64-byte rows on 64-byte lines (a 1x1 conv's image of 56x56 or
     // 28x28 pixels) is read where it lies, sweeps of whole panels at least: packing it cost a
     // conv of few output channels (256 -> 64) more than its products saved. Rows that start
@@ -152,10 +154,16 @@ pub(super) unsafe fn block_a(
                         t.sweep(ROWS.min(m - i), q1 - q0, step, n - q0 * PANEL, wide);
                     }
                 }
-                if let (Some(done), true) = (done, r1 == k) {
+                if let (Some(done), true) = (then.block, r1 == k) {
                     done(i..(i + ROWS).min(m), cols.clone());
                 }
             }
+        }
+        if let Some(swept) = swept {
+            // The product run in the callback takes this thread's packing buffer in turn.
+            PACKED.set(packed);
+            swept(cols);
+            packed = PACKED.take();
         }
     }
     PACKED.set(packed);

@@ -286,7 +286,7 @@ impl PackedA {
 /// `c` holds `m` rows of `n` values `ldc` apart and overlaps neither operand.
 pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize, c: *mut f32, ldc: usize) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc, None) }
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc, Then::default()) }
 }
 
 /// Called with (rows, columns) of `c` as soon as that block is final, by the thread that
@@ -295,14 +295,41 @@ pub unsafe fn gemm_a(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize,
 /// element of `c` is in exactly one block.
 pub type Done<'a> = &'a (dyn Fn(Range<usize>, Range<usize>) + Sync);
 
-/// [`gemm_a`], calling `done` on each block of `c` once it is final (see [`Done`]).
+/// Called with a range of columns of `c` once every row of them is final (after [`Done`] on
+/// each of their blocks), by the thread that computed them, while they are still in its
+/// cache: a second product that reads those columns runs there (a 1x1 conv chained onto the
+/// conv before it). Every column is in exactly one range.
+pub type Swept<'a> = &'a (dyn Fn(Range<usize>) + Sync);
+
+/// What a [`gemm_a_then`]-style product calls as it finishes its output.
+#[derive(Clone, Copy, Default)]
+pub struct Then<'a> {
+    /// On each block of rows by columns (see [`Done`]).
+    pub block: Option<Done<'a>>,
+    /// On each range of whole columns (see [`Swept`]); the product is then split over threads
+    /// by columns only, so that one thread computes every row of a column.
+    pub swept: Option<Swept<'a>>,
+}
+
+/// [`gemm_a`], calling `then`'s callbacks on its output as it finishes it (see [`Then`]).
 ///
 /// # Safety
 /// As [`gemm_a`].
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm_a_then(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize, c: *mut f32, ldc: usize, done: Done) {
+pub unsafe fn gemm_a_then(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize, c: *mut f32, ldc: usize, then: Then) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc, Some(done)) }
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Strided { b, rs, cs }, c, ldc, then) }
+}
+
+/// [`gemm_a_then`] on the calling thread alone: for a product run inside another one's
+/// callback (see [`Swept`]).
+///
+/// # Safety
+/// As [`gemm_a`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_a_here_then(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: isize, c: *mut f32, ldc: usize, then: Then) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_a_on(1, a, n, Rhs::Strided { b, rs, cs }, c, ldc, then) }
 }
 
 /// `c[m, n] = a @ b` for a right-hand side already laid out as [`PackedB`] lays out its data
@@ -315,16 +342,16 @@ pub unsafe fn gemm_a_then(a: &PackedA, n: usize, b: *const f32, rs: isize, cs: i
 /// overlaps neither operand.
 pub unsafe fn gemm_a_panels(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Panels(b), c, ldc, None) }
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Panels(b), c, ldc, Then::default()) }
 }
 
-/// [`gemm_a_panels`], calling `done` on each block of `c` once it is final (see [`Done`]).
+/// [`gemm_a_panels`], calling `then`'s callbacks on its output as it finishes it (see [`Then`]).
 ///
 /// # Safety
 /// As [`gemm_a_panels`].
-pub unsafe fn gemm_a_panels_then(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize, done: Done) {
+pub unsafe fn gemm_a_panels_then(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize, then: Then) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Panels(b), c, ldc, Some(done)) }
+    unsafe { gemm_a_on(rayon::current_num_threads(), a, n, Rhs::Panels(b), c, ldc, then) }
 }
 
 /// [`gemm_a_panels`] on the calling thread alone: for callers that run many small products
@@ -334,7 +361,7 @@ pub unsafe fn gemm_a_panels_then(a: &PackedA, n: usize, b: *const f32, c: *mut f
 /// As [`gemm_a_panels`].
 pub unsafe fn gemm_a_panels_here(a: &PackedA, n: usize, b: *const f32, c: *mut f32, ldc: usize) {
     // SAFETY: the caller's contract.
-    unsafe { gemm_a_on(1, a, n, Rhs::Panels(b), c, ldc, None) }
+    unsafe { gemm_a_on(1, a, n, Rhs::Panels(b), c, ldc, Then::default()) }
 }
 
 /// The right-hand side of a [`gemm_a`]-style product.
@@ -350,7 +377,7 @@ enum Rhs {
 ///
 /// # Safety
 /// As [`gemm_a`] for a strided `b`, [`gemm_a_panels`] for one in panels.
-unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, ldc: usize, done: Option<Done>) {
+unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, ldc: usize, then: Then) {
     assert!(supported(), "kiln_cpu::gemm needs AVX2 and FMA");
     let (m, k) = (a.m, a.k);
     if m == 0 || n == 0 {
@@ -359,12 +386,15 @@ unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, 
     if k == 0 {
         // SAFETY: c holds m rows of n values ldc apart (the caller's contract).
         unsafe { zero_rows(m, n, c, ldc) };
-        if let Some(done) = done {
+        if let Some(done) = then.block {
             done(0..m, 0..n);
+        }
+        if let Some(swept) = then.swept {
+            swept(0..n);
         }
         return;
     }
-    let job = JobA { a, n, b, c, ldc, done };
+    let job = JobA { a, n, b, c, ldc, then };
     let (panels, tiles) = (n.div_ceil(PANEL), m.div_ceil(ROWS));
     if threads < 2 || m * n * k < PAR_WORK {
         job.run(0..tiles, 0..panels);
@@ -374,7 +404,7 @@ unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, 
     // row tiles, each reading its share of `a` and packing all of `b`: whichever operand is
     // smaller is the one every thread reads. (A 7x7 image's 49 columns against 512 rows of
     // weights: by panels, both threads streamed all 9.4 MB of a 3x3 conv's weights.)
-    let by_panels = panels >= threads && (n >= m || tiles < threads);
+    let by_panels = then.swept.is_some() || (panels >= threads && (n >= m || tiles < threads));
     let (len, step) = if by_panels {
         (panels, panels.div_ceil(threads))
     } else {
@@ -393,11 +423,11 @@ struct JobA<'a> {
     b: Rhs,
     c: *mut f32,
     ldc: usize,
-    done: Option<Done<'a>>,
+    then: Then<'a>,
 }
 
 // SAFETY: threads only read `a` and `b` and write disjoint blocks of `c` (see `gemm_a`);
-// `done` is Sync.
+// `then`'s callbacks are Sync.
 unsafe impl Sync for JobA<'_> {}
 
 impl JobA<'_> {
@@ -406,7 +436,7 @@ impl JobA<'_> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `gemm_a`'s caller vouched for the operands; `gemm_a` checked the CPU.
         unsafe {
-            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.c, self.ldc, wide(), self.done)
+            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.c, self.ldc, wide(), self.then)
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (tiles, panels);

@@ -66,9 +66,9 @@ impl Executable {
                 GpuStep::Attention(_) => format!("attention kernel {what}"),
                 GpuStep::Host { .. } => format!("host {what}"),
             };
-            out.push(StepTime { step: i, what: main, median: median(&mut p[0]) });
+            out.push(StepTime { step: i, what: main, median: median(&mut p[0]), inside_previous: false });
             if let Some(k) = step.epilogue() {
-                out.push(StepTime { step: i, what: format!("epilogue {}", k.name), median: median(&mut p[1]) });
+                out.push(StepTime { step: i, what: format!("epilogue {}", k.name), median: median(&mut p[1]), inside_previous: false });
             }
         }
         Ok((out, median(&mut whole)))

@@ -54,6 +54,8 @@ pub struct FusionReport {
     pub steps: Vec<StepInfo>,
     /// Compute ops in the graph (what `fuse: false` gives one step each).
     pub compute_ops: usize,
+    /// The steps that run inside the step before them (see [`crate::chain`]), by index.
+    pub with_previous: Vec<usize>,
 }
 
 impl FusionReport {
@@ -82,13 +84,17 @@ impl fmt::Display for FusionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} steps for {} compute ops",
+            "{} steps in {} launches for {} compute ops",
             self.steps.len(),
+            self.steps.len() - self.with_previous.len(),
             self.compute_ops
         )?;
         for (i, s) in self.steps.iter().enumerate() {
             let nodes: Vec<String> = s.nodes.iter().map(|n| n.to_string()).collect();
             writeln!(f, "step {i} {} [{}]: {}", s.name, s.kind, nodes.join(" "))?;
+            if self.with_previous.contains(&i) {
+                writeln!(f, "    runs inside step {}, on each block of its output as soon as it is final", i - 1)?;
+            }
             for (n, why) in &s.notes {
                 writeln!(f, "    {n} stored: {why}")?;
             }

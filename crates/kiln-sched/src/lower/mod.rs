@@ -204,6 +204,7 @@ fn lower_group(
                 Step {
                     kind,
                     nodes: vec![x],
+                    with_previous: false,
                 },
                 info,
             ))
@@ -258,6 +259,7 @@ fn lower_group(
                         epilogue,
                     },
                     nodes,
+                    with_previous: false,
                 },
                 info,
             ))
@@ -317,6 +319,7 @@ fn lower_group(
                         args: kb.args,
                     },
                     nodes,
+                    with_previous: false,
                 },
                 info,
             ))
@@ -453,6 +456,7 @@ fn copy_source(
                 args: vec![src, dst],
             },
             nodes: vec![x],
+            with_previous: false,
         },
         info,
         dst,

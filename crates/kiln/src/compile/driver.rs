@@ -398,6 +398,10 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
     if opts.device == crate::Device::Cpu {
         let strides = kiln_sched::write_attention_through_copies(&mut program);
         fusion.fold_next_steps(&strides.iter().map(Option::is_some).collect::<Vec<_>>());
+        // 1x1 convs that read what the conv before them stores run inside it.
+        if fuse {
+            fusion.with_previous = kiln_sched::chain_steps(&mut program, &kiln_cpu::compiled::runs_chained);
+        }
     }
     times.schedule = t.elapsed();
     tracing::info!(target: "kiln::fusion", "{} launches per run (eager {eager_kernels})\n{fusion}", program.launches());
