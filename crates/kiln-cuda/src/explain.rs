@@ -12,7 +12,7 @@
 //! fused).
 
 use crate::codegen::{CudaSource, Launch, render_cuda};
-use crate::exec::{AttentionPlan, Batching, ConvFusion, GemmFusion, MatmulPlan, StepFold, cudnn_refusal, fold_steps, gather_fits};
+use crate::exec::{AttentionPlan, Batching, ConvFusion, GemmFusion, MatmulPlan, cudnn_refusal, fold_steps, gather_fits};
 use kiln_ir::{Conv2dAttrs, DType, Error, Graph, Op, Result};
 use kiln_sched::{BufView, ExternOp, Program, StepKind};
 use std::fmt;
@@ -109,7 +109,7 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
         Ok(Route::Kernel { name: name.to_string(), launch: info.launch })
     };
     let mut steps = Vec::with_capacity(program.steps.len());
-    for (step, StepFold { out_strides, fusion: fused }) in program.steps.iter().zip(folds) {
+    for (step, fused) in program.steps.iter().zip(folds) {
         let (route, epilogue) = match &step.kind {
             StepKind::Kernel { kernel: k, .. } => (kernel(&k.name)?, None),
             StepKind::Extern { op, inputs, out, out_shape, epilogue } => {
@@ -125,7 +125,7 @@ pub fn explain_program(program: &Program, graph: Option<&Graph>) -> Result<CudaE
                 };
                 (route, epilogue.as_ref().map(|e| kernel(&e.kernel.name)).transpose()?)
             }
-            StepKind::Eval { op, inputs, out, out_shape, .. } => (eval_route(&program, op, inputs, out_shape, program.buffer(*out).dtype, out_strides.as_deref()), None),
+            StepKind::Eval { op, inputs, out, out_shape, out_strides } => (eval_route(&program, op, inputs, out_shape, program.buffer(*out).dtype, out_strides.as_deref()), None),
         };
         let ops = graph.map_or_else(Vec::new, |g| step.nodes.iter().map(|&n| g.node(n).op.name()).collect());
         steps.push(StepRoute { route, epilogue, ops });

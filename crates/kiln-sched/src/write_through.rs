@@ -17,14 +17,13 @@ use std::collections::HashMap;
 
 /// Folds every such copy into its attention step: the step's `out` becomes the copy's output
 /// (its own result, now written by no step, takes no memory), its `out_strides` say where each
-/// element goes, and the copy step is removed. Returns, for each step of the new program, the
-/// element strides (one per dim of the step's `out_shape`) an attention step writes its result
-/// with (`None`: dense).
-pub fn write_attention_through_copies(program: &mut Program) -> Vec<Option<Vec<usize>>> {
+/// element goes, and the copy step is removed. Returns, for each step of the new program,
+/// whether a copy was folded into it (for [`crate::FusionReport::fold_next_steps`]).
+pub fn write_attention_through_copies(program: &mut Program) -> Vec<bool> {
     let live = live_intervals(program);
     let n = program.steps.len();
     let found: Vec<Option<(BufId, Vec<usize>)>> = (0..n).map(|i| if i + 1 < n { through(program, &live, i) } else { None }).collect();
-    let mut strides = Vec::with_capacity(n);
+    let mut folded = Vec::with_capacity(n);
     let mut steps = Vec::with_capacity(n);
     let mut old = std::mem::take(&mut program.steps).into_iter();
     let mut orphans = Vec::new();
@@ -40,12 +39,12 @@ pub fn write_attention_through_copies(program: &mut Program) -> Vec<Option<Vec<u
                 if let Some(copy) = old.next() {
                     step.nodes.extend(copy.nodes);
                 }
-                strides.push(Some(s.clone()));
+                folded.push(true);
                 steps.push(step);
                 i += 2;
             }
             None => {
-                strides.push(None);
+                folded.push(false);
                 steps.push(step);
                 i += 1;
             }
@@ -55,7 +54,7 @@ pub fn write_attention_through_copies(program: &mut Program) -> Vec<Option<Vec<u
     for r in orphans {
         program.buffers[r.index()].numel = 0;
     }
-    strides
+    folded
 }
 
 /// Step `i`'s output buffer and strides when it is an attention whose result only step `i + 1`
@@ -236,12 +235,12 @@ mod tests {
             }],
             _ => panic!("step 1 is not the copy"),
         };
-        let strides = write_attention_through_copies(&mut p);
+        let folded = write_attention_through_copies(&mut p);
         assert_eq!(p.steps.len(), before - 1, "the copy step is gone");
         // [b, h, s, d] written into [b, s, h * d]: b by 8 * 64, h by 16, s by 64, d by 1.
-        assert_eq!(strides[0], Some(vec![512, 16, 64, 1]));
         assert!(matches!(&p.steps[0].kind, StepKind::Eval { out, out_strides: Some(s), .. } if *out == copy_out && s == &[512, 16, 64, 1]));
-        assert!(strides[1..].iter().all(Option::is_none));
+        assert_eq!(folded.len(), p.steps.len());
+        assert!(folded[0] && !folded[1..].iter().any(|&f| f));
     }
 
     #[test]
@@ -249,9 +248,9 @@ mod tests {
         // The heads merged as [b, h * s, d]: a plain reshape of the dense result, no copy at all.
         let mut p = program(vec![0, 1, 2, 3], &[2, 32, 16]);
         let before = p.steps.len();
-        let strides = write_attention_through_copies(&mut p);
+        let folded = write_attention_through_copies(&mut p);
         assert_eq!(p.steps.len(), before);
-        assert!(strides.iter().all(Option::is_none));
+        assert!(!folded.iter().any(|&f| f));
         // A result that is also a graph output is kept as it is.
         let mut p = program(vec![0, 2, 1, 3], &[2, 8, 64]);
         p.outputs.push((match &p.steps[0].kind {

@@ -34,13 +34,20 @@ pub(crate) fn run_step(
             out_shape,
             out_strides,
         } if inputs.iter().map(|v| v.buf).chain([*out]).all(|b| p.buffer(b).dtype == DType::F32) => {
-            let dense = kiln_sched::BufView::dense(*out, out_shape).strides;
+            let dense: Vec<usize>;
+            let strides = match out_strides {
+                Some(s) => &s[..],
+                None => {
+                    dense = kiln_sched::BufView::dense(*out, out_shape).strides;
+                    &dense
+                }
+            };
             // SAFETY: `Executable::new` checked every view inside its buffer, the output
             // buffer's size and its strides (a permutation of a dense layout); the memory plan
             // never overlaps an eval's output with its inputs.
             unsafe {
                 let o = ptrs[out.index()] as *mut f32;
-                attention::run(*causal, *scale, inputs, ptrs, o, out_shape, out_strides.as_deref().unwrap_or(&dense))
+                attention::run(*causal, *scale, inputs, ptrs, o, out_shape, strides)
             }
         }
         StepKind::Eval {

@@ -127,22 +127,15 @@ fn addr(base: u64, v: &BufView, elem: usize) -> u64 {
     base + (v.offset * elem) as u64
 }
 
-/// What a step becomes once the program is folded ([`fold_steps`]).
-pub(crate) struct StepFold {
-    /// The strides an attention step writes its result with (`None`: dense).
-    pub out_strides: Option<Vec<usize>>,
-    /// The epilogue a library call applies itself.
-    pub fusion: Option<LibraryFusion>,
-}
-
 /// Folds into their steps, before memory is planned, the work kiln-cuda does there: an
 /// attention writing the merge of its heads (the copy step goes), then the epilogues cuDNN and
 /// cuBLASLt apply (`lt_accepts`, asked with the matmul's plan, says cuBLASLt runs one). The
 /// runtime and `kiln explain --device cuda` both fold through here, so they show the same steps.
-pub(crate) fn fold_steps(program: &mut Program, lt_accepts: &mut dyn FnMut(MatmulPlan, &GemmFusion) -> bool) -> Vec<StepFold> {
-    let out_strides = kiln_sched::write_attention_through_copies(program);
-    let fusions = fusion::fuse_library_epilogues(program, lt_accepts);
-    out_strides.into_iter().zip(fusions).map(|(out_strides, fusion)| StepFold { out_strides, fusion }).collect()
+/// Returns, per step, the epilogue a library call applies itself; an attention step's strides
+/// are in the step (`StepKind::Eval::out_strides`).
+pub(crate) fn fold_steps(program: &mut Program, lt_accepts: &mut dyn FnMut(MatmulPlan, &GemmFusion) -> bool) -> Vec<Option<LibraryFusion>> {
+    kiln_sched::write_attention_through_copies(program);
+    fusion::fuse_library_epilogues(program, lt_accepts)
 }
 
 impl Executable {
@@ -213,7 +206,7 @@ impl Executable {
             conv_algos::load(cache, gpu);
         }
         let mut steps = Vec::with_capacity(program.steps.len());
-        for (step, StepFold { out_strides, fusion }) in program.steps.iter().zip(&folds) {
+        for (step, fusion) in program.steps.iter().zip(&folds) {
             steps.push(match &step.kind {
                 StepKind::Kernel { kernel, args } => GpuStep::Kernel(call(kernel, args)?),
                 StepKind::Extern { op, inputs, out, out_shape, epilogue: e } => {
@@ -257,7 +250,7 @@ impl Executable {
                         },
                     }
                 }
-                StepKind::Eval { op, inputs, out, out_shape, .. } => {
+                StepKind::Eval { op, inputs, out, out_shape, out_strides } => {
                     let host = || GpuStep::Host { op: op.clone(), inputs: inputs.clone(), out: ptrs[out.index()], epilogue: None };
                     match op {
                         Op::Gather { axis } => match GatherCall::new(gpu, cache, &program, &ptrs, *axis, inputs, ptrs[out.index()])? {

@@ -396,8 +396,7 @@ pub fn plan(graph: &Graph, input_shapes: &[Vec<usize>], opts: &CompileOptions) -
     // The CPU runner's attention writes its heads' merge itself (kiln-cuda folds the same
     // copies when it builds its executable).
     if opts.device == crate::Device::Cpu {
-        let strides = kiln_sched::write_attention_through_copies(&mut program);
-        fusion.fold_next_steps(&strides.iter().map(Option::is_some).collect::<Vec<_>>());
+        fusion.fold_next_steps(&kiln_sched::write_attention_through_copies(&mut program));
         // 1x1 convs that read what the conv before them stores run inside it.
         if fuse {
             fusion.with_previous = kiln_sched::chain_steps(&mut program, &kiln_cpu::compiled::runs_chained);
