@@ -124,8 +124,9 @@ pub fn optimize(graph: &Graph, opts: &OptOptions) -> Result<(Graph, Vec<PassRepo
     let gpu = opts.target == Target::Gpu;
     let bn_fold = BnFold { into_weights: gpu, channels_last: gpu && !opts.disabled.iter().any(|d| d == "channels_last") };
     let decompose = Decompose { keep: opts.keep };
+    let merge_matmuls = MergeMatmuls { join_rows: opts.packs_weights };
     let pipeline: [&dyn Pass; 13] = [
-        &Fold, &Simplify, &bn_fold, &PoolFirst, &decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &MergeMatmuls, &Layout, &Dce,
+        &Fold, &Simplify, &bn_fold, &PoolFirst, &decompose, &Fold, &Simplify, &ChannelsLast, &SpaceToDepth, &Cse, &merge_matmuls, &Layout, &Dce,
     ];
     let mut g = graph.clone();
     let mut reports = Vec::new();

@@ -9,7 +9,12 @@ use kiln_opt::Pass;
 use kiln_opt::passes::{Dce, MergeMatmuls};
 
 fn merge(g: &Graph) -> Graph {
-    let out = Dce.run(&MergeMatmuls.run(g).unwrap()).unwrap();
+    merge_with(g, false)
+}
+
+/// The pass with `join_rows` (a backend that packs weights from any layout), then DCE.
+fn merge_with(g: &Graph, join_rows: bool) -> Graph {
+    let out = Dce.run(&MergeMatmuls { join_rows }.run(g).unwrap()).unwrap();
     verify(&out).unwrap();
     out
 }
@@ -127,4 +132,27 @@ fn compiling_the_same_weights_again_shares_the_merged_weight_while_it_is_held() 
     // Once nothing holds it, a compile makes it again, still right.
     drop((first, second));
     assert!(max_rel_err(&g, &merge(&g), &xs) < 1e-6);
+}
+
+/// For a backend that packs weights from any layout, transposed weights are merged by joining
+/// the stored `[n, 6]` constants' rows (a plain copy) and reading the transpose of the result;
+/// a weight that is not such a transpose keeps the row-major merge.
+#[test]
+fn transposed_weights_merge_by_their_rows_for_a_backend_that_packs_weights() {
+    let (g, xs) = transposed_siblings(24);
+    let out = merge_with(&g, true);
+    assert_eq!((count(&out, "matmul"), count(&out, "permute"), count(&out, "slice")), (1, 1, 2), "{out}");
+    let rows = out.consts.iter().find(|t| t.shape() == [9, 6]).expect("the joined rows");
+    assert!(rows.is_dense());
+    assert!(out.consts.iter().all(|t| t.shape() != [6, 9]), "no row-major copy: {out}");
+    assert!(max_rel_err(&g, &out, &xs) < 1e-6);
+    // Shared across compiles while held, as the row-major merge is.
+    let again = merge_with(&g, true);
+    let joined = |o: &Graph| o.consts.iter().find(|t| t.shape() == [9, 6]).expect("the joined rows").clone();
+    assert!(std::sync::Arc::ptr_eq(&joined(&out).storage, &joined(&again).storage));
+    // Weights stored [K, n] (not transposes) merge row-major as before.
+    let (g, xs) = siblings(5, &[4, 4], false);
+    let out = merge_with(&g, true);
+    assert_eq!((count(&out, "matmul"), count(&out, "permute")), (1, 0), "{out}");
+    assert!(max_rel_err(&g, &out, &xs) < 1e-6);
 }
