@@ -131,8 +131,8 @@ fn zoo_models_compiled_match_the_interpreter_with_far_fewer_kernels() {
         eprintln!("{}: {k} launches per run, eager {eager}", m.name());
         // Each conv is at most one launch (BN folded, bias/relu/residual in its epilogue, the
         // global pool the last conv's row epilogue; a block's last 1x1 conv and the next
-        // block's first run as one where the map has more pixels than channels): at least 60%
-        // fewer (today 68%). A transformer's matmuls carry its layer norms, GELU and bias in
+        // block's first, or a stage's downsample with them, run as one where the map has more
+        // pixels than channels): at least 60% fewer (today 68%). A transformer's matmuls carry its layer norms, GELU and bias in
         // their epilogues, and attention is one step writing the heads' merge: at least 70%
         // fewer (today bert 83%, gpt2 78%).
         let floor = if m.name().starts_with("resnet") { 60 } else { 70 };
@@ -378,6 +378,52 @@ fn one_by_one_convs_run_inside_the_conv_before_them() {
         compare(&compiled.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}: {e}"));
         let (steps, _) = compiled.profile(&xs, 1).unwrap().expect("compiled steps");
         assert!(steps[chained[0]].inside_previous, "{case}: the 1x1 conv ran on its own");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A chain of three (resnet's block entry): a 1x1 downsample conv, a 1x1 conv of another input
+/// whose epilogue adds the downsample as its residual, then a 1x1 conv of that sum. All three
+/// run as one launch, the later two on each range of pixels as the first finishes it (the
+/// scheduler puts either of the first two first); against the reference interpreter, with
+/// two images, and with a map whose rows are not whole cache lines.
+#[test]
+fn a_downsample_its_residual_conv_and_the_next_conv_run_as_one_launch() {
+    use kiln_ir::{BinaryOp, Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};
+    if !c_compiler_present() {
+        return;
+    }
+    let dir = cache_dir("conv-chain3");
+    // (images, x's channels and side, downsample stride, h's channels, block channels, next's)
+    for (n, cx, hw, stride, ch, o, o2) in [(1, 24, 21, 1, 16, 48, 16), (2, 32, 20, 1, 8, 40, 24)] {
+        let attrs = |stride| Conv2dAttrs { stride: [stride; 2], padding: [0; 4], dilation: [1, 1], groups: 1, channels_last: false };
+        let side = hw / stride;
+        let mut g = Graph::new();
+        let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[n, cx, hw, hw])));
+        let h = g.input("h", TensorType::new(DType::F32, Shape::fixed(&[n, ch, side, side])));
+        let wd = g.constant(values(&[o, cx, 1, 1], 1));
+        let ds = g.add(Op::Conv2d(attrs(stride)), &[x, wd]).unwrap();
+        let (w1, b1) = (g.constant(values(&[o, ch, 1, 1], 2)), g.constant(values(&[o], 3)));
+        let y = g.add(Op::Conv2d(attrs(1)), &[h, w1, b1]).unwrap();
+        let y = g.add(Op::Binary(BinaryOp::Add), &[y, ds]).unwrap();
+        let y = g.add(Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+        let w2 = g.constant(values(&[o2, o, 1, 1], 4));
+        let z = g.add(Op::Conv2d(attrs(1)), &[y, w2]).unwrap();
+        let z = g.add(Op::Unary(UnaryOp::Relu), &[z]).unwrap();
+        g.output(y);
+        g.output(z);
+        let xs = vec![values(&[n, cx, hw, hw], 5), values(&[n, ch, side, side], 6)];
+        let want = kiln_cpu::run(&g, &xs).unwrap();
+        let case = format!("n {n} x {cx}@{hw} s {stride}, h {ch} -> {o} -> {o2}");
+        let (program, report) = plan(&g, &shapes(&xs), &opts(&dir)).unwrap();
+        let described: Vec<String> = program.steps.iter().map(|s| kiln_cpu::compiled::describe(&s.kind)).collect();
+        assert_eq!((program.steps.len(), report.kernels), (3, 1), "{case}: three steps, one launch: {described:#?}");
+        let got = kiln_cpu::compiled::run_interpreted(&program, &xs).unwrap();
+        compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}, interpreted: {e}"));
+        let compiled = compile(&g, &shapes(&xs), &opts(&dir)).unwrap();
+        compare(&compiled.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let (steps, _) = compiled.profile(&xs, 1).unwrap().expect("compiled steps");
+        assert!(steps[1].inside_previous && steps[2].inside_previous, "{case}: the chain ran apart");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,50 +1,71 @@
-//! Which pairs of steps this runner interleaves (see `kiln_sched::chain`): a 1x1 conv that
-//! reads what the conv before it stores, both on kiln's GEMM. The first conv's GEMM is then
-//! split over threads by pixels; as soon as a thread has finished every channel of a range
-//! of pixels (and the first conv's epilogue on them), it runs the 1x1 conv on that range
-//! while the range is still in its cache, instead of a later step reading the whole map back
-//! from memory. In resnet50 that is each block's last 1x1 conv (with its residual add and
-//! ReLU) and the next block's first one.
+//! Which steps this runner interleaves (see `kiln_sched::chain`): after a conv on kiln's GEMM,
+//! 1x1 convs on kiln's GEMM that read what the chain stores, or what it does not write. The
+//! first conv's GEMM is then split over threads by pixels; as soon as a thread has finished
+//! every channel of a range of pixels (and the epilogue on them), it runs the 1x1 convs on
+//! that range one after the other while it is still in its cache, instead of later steps
+//! reading the whole maps back from memory. In resnet50: a block's downsample, its last 1x1
+//! conv (whose residual the downsample is) and the next block's first 1x1 conv.
 
 use super::prepack::{self, Prepacked};
-use super::steps::{chain_source, col_blocks_safe, written_bufs};
+use super::steps::{chained_input, col_blocks_safe, written_bufs};
 use kiln_ir::DType;
-use kiln_sched::{BufId, BufView, Epilogue, ExternOp, Program, StepKind};
+use kiln_sched::{BufId, Epilogue, ExternOp, Program, StepKind};
 
-/// True when the CPU runner runs `second` inside `first` (the step before it), as the module
-/// docs say: `first` a conv on kiln's GEMM, `second` a 1x1 stride-1 unpadded conv on kiln's GEMM
-/// whose input is the whole of what `first` stores, densely, with at least as many pixels as
-/// channels; all f32; each epilogue, if any,
-/// runs in blocks (its column-block twin exists and it reads what either step writes only at
-/// its own points). `KILN_CPU_CHAIN=0` turns chaining off. For `kiln_sched::chain_steps`.
-pub fn runs_chained(p: &Program, first: &StepKind, second: &StepKind) -> bool {
+/// True when the CPU runner runs `next` inside `chain` (the steps just before it, the first
+/// one leading), as the module docs say: the first a conv on kiln's GEMM whose output has at
+/// least as many pixels as channels; `next` a 1x1 stride-1 unpadded conv on kiln's GEMM whose
+/// input is dense, of the first conv's images and pixels, and either what a step of the
+/// chain stores or written by none of them (`steps::chained_input`); all f32; each epilogue,
+/// if any, runs in blocks (its column-block twin exists and it reads what the chain writes
+/// only at its own points). `KILN_CPU_CHAIN=0` turns chaining off. For
+/// `kiln_sched::chain_steps`.
+pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *ON.get_or_init(|| std::env::var("KILN_CPU_CHAIN").map_or(true, |v| v != "0"));
-    let (
-        StepKind::Extern { op: ExternOp::Conv2d(_), inputs: in1, out: out1, out_shape: s1, epilogue: e1 },
-        StepKind::Extern { op: ExternOp::Conv2d(a2), inputs: in2, out: out2, epilogue: e2, .. },
-    ) = (first, second)
-    else {
+    let Some(&first) = chain.first() else {
+        return false;
+    };
+    let (StepKind::Extern { op: ExternOp::Conv2d(_), out_shape: s1, epilogue: e1, out: out1, .. }, StepKind::Extern { op: ExternOp::Conv2d(a2), inputs: in2, out: out2, epilogue: e2, .. }) = (first, next) else {
         return false;
     };
     let on_gemm = |s: &StepKind| matches!(prepack::for_step(p, s), Some(Prepacked::ConvGemm(_)));
-    let f32s = in1.iter().chain(in2).map(|v| v.buf).chain([*out1, *out2]).all(|b| p.buffer(b).dtype == DType::F32);
+    let f32s = chain.iter().chain([&next]).all(|s| match s {
+        StepKind::Extern { inputs, out, .. } => inputs.iter().map(|v| v.buf).chain([*out]).all(|b| p.buffer(b).dtype == DType::F32),
+        _ => false,
+    });
     let pointwise = in2[1].shape[2..] == [1, 1] && a2.stride == [1, 1] && a2.padding == [0; 4] && a2.groups == 1;
-    let reads_all = chain_source(first).is_some_and(|x| in2[0] == BufView::dense(x, s1));
     // Only where the first GEMM splits by pixels anyway (see `gemm::gemm_a`): with fewer
     // pixels than output channels it splits by channels, each thread reading its share of the
     // weights; split by pixels for the chain, each thread streamed all of them (resnet50's
     // 14x14 and 7x7 pairs ran 3-12% slower chained, their maps being in cache either way).
     let by_pixels = matches!(&s1[..], &[_, o, h, w] if h * w >= o);
-    // Buffers stand for their memory here: the memory plan keeps a pair's buffers apart.
-    let written1 = writes(e1.as_ref(), *out1);
-    let mut written2 = writes(None, *out2);
-    written2.extend(written1.iter().cloned());
-    on && f32s && pointwise && reads_all && by_pixels && on_gemm(first) && on_gemm(second) && blocks(e1.as_ref(), written1) && blocks(e2.as_ref(), written2)
+    // Buffers stand for their memory here: the memory plan keeps a chain's buffers apart.
+    let mut written: Vec<_> = chain.iter().flat_map(|s| writes(s)).collect();
+    written.extend(writes(next));
+    on && f32s
+        && pointwise
+        && by_pixels
+        && on_gemm(first)
+        && on_gemm(next)
+        && chained_input(chain, next)
+        && blocks(e1.as_ref(), written_spans(e1.as_ref(), *out1))
+        && blocks(e2.as_ref(), {
+            let mut w = written_spans(None, *out2);
+            w.extend(written);
+            w
+        })
+}
+
+/// The buffers an extern step writes, as [`col_blocks_safe`] spans.
+fn writes(s: &StepKind) -> Vec<std::ops::Range<usize>> {
+    match s {
+        StepKind::Extern { out, epilogue, .. } => written_spans(epilogue.as_ref(), *out),
+        _ => Vec::new(),
+    }
 }
 
 /// The buffers an extern writing `out` with epilogue `e` writes, as [`col_blocks_safe`] spans.
-fn writes(e: Option<&Epilogue>, out: BufId) -> Vec<std::ops::Range<usize>> {
+fn written_spans(e: Option<&Epilogue>, out: BufId) -> Vec<std::ops::Range<usize>> {
     written_bufs(e, out).into_iter().map(span).collect()
 }
 

@@ -202,7 +202,7 @@ pub(crate) fn run(
     scratch: &mut Vec<f32>,
     block_rows: Option<usize>,
     packed: Option<&Prepacked>,
-    then: Option<&Chained>,
+    then: &[Chained],
 ) -> Result<()> {
     let g = Geom::new(a, inputs, out_shape)?;
     epi.check_rows(g.n * g.o)?;
@@ -212,10 +212,10 @@ pub(crate) fn run(
     let p = g.p();
     let bias_of = bias_of(ptrs, inputs, g.o);
     let bias = bias_of.as_deref();
-    if then.is_some_and(|c| (c.images, c.channels, c.pixels) != (g.n, g.o, p)) {
-        return Err(Error::Shape("a chained conv must read this conv's whole output".into()));
+    if then.iter().any(|c| (c.images, c.pixels) != (g.n, p)) {
+        return Err(Error::Shape("a chained conv must have this conv's images and pixels".into()));
     }
-    if then.is_some() && packed.and_then(Prepacked::conv_gemm).is_none() {
+    if !then.is_empty() && packed.and_then(Prepacked::conv_gemm).is_none() {
         return Err(Error::Unsupported("a conv chained onto a conv that does not run on kiln's GEMM".into()));
     }
     #[cfg(target_arch = "x86_64")]
@@ -250,19 +250,15 @@ pub(crate) fn run(
         for img in 0..g.n {
             let x_off = x.offset + img * x.strides[0];
             let out = pout.wrapping_add(img * g.o * p);
-            if epi.blocks() || (then.is_some() && !epi.present()) {
+            if epi.blocks() || (!then.is_empty() && !epi.present()) {
                 // The bias and the epilogue on each block of the output as the GEMM finishes
                 // it, while it is in cache (a separate pass read the whole output back); a
                 // chained conv on each range of pixels once all their channels are final.
                 let failed = std::sync::Mutex::new(None);
                 let finish = Finish { out: out as usize, p, bias, epi, row0: img * g.o };
                 let done = |rows: Range<usize>, cols: Range<usize>| finish.block(rows, cols, &failed);
-                let swept = |cols: Range<usize>| {
-                    if let Some(c) = then {
-                        c.run(img, cols, &failed);
-                    }
-                };
-                let then = gemm::Then { block: Some(&done), swept: then.is_some().then_some(&swept as gemm::Swept) };
+                let swept = |cols: Range<usize>| then.iter().for_each(|c| c.run(img, cols.clone(), &failed));
+                let then = gemm::Then { block: Some(&done), swept: (!then.is_empty()).then_some(&swept as gemm::Swept) };
                 // SAFETY: as for the GEMM below; `done` and the chained conv write only the
                 // block and the pixels they are given.
                 unsafe {
@@ -296,12 +292,10 @@ pub(crate) fn run(
                 add_bias(unsafe { std::slice::from_raw_parts_mut(out, g.o * p) }, b, p);
             }
             epi.rows(img * g.o, (img + 1) * g.o)?;
-            if let Some(c) = then {
-                let failed = std::sync::Mutex::new(None);
-                c.run(img, 0..p, &failed);
-                if let Some(e) = failed.into_inner().ok().flatten() {
-                    return Err(e);
-                }
+            let failed = std::sync::Mutex::new(None);
+            then.iter().for_each(|c| c.run(img, 0..p, &failed));
+            if let Some(e) = failed.into_inner().ok().flatten() {
+                return Err(e);
             }
         }
         return Ok(());
@@ -425,19 +419,19 @@ impl Finish<'_> {
     }
 }
 
-/// A 1x1 conv chained onto a conv on kiln's GEMM (see `kiln_sched::chain`): it reads the
-/// first conv's stored output (after its epilogue) and runs on each range of its pixels as
-/// soon as every channel of them is final, on the thread that computed them, while they are
-/// in its cache.
+/// A 1x1 conv chained onto a conv on kiln's GEMM (see `kiln_sched::chain`): it runs on each
+/// range of that conv's pixels as soon as every channel of them is final, on the thread that
+/// computed them, while they are in its cache — after the convs chained before it, so that it
+/// may read what they store.
 pub(crate) struct Chained<'a> {
     /// The chained conv's weights, packed for kiln's GEMM.
     wa: &'a gemm::PackedA,
     bias: Option<Cow<'a, [f32]>>,
-    /// Its input, image 0 (the first conv's stored output, dense), as an address.
+    /// Its input, image 0 (dense), as an address.
     x: usize,
     /// Its output, image 0 (dense), as an address.
     out: usize,
-    /// Images, input channels (the first conv's output channels) and pixels per channel.
+    /// Images, input channels and pixels per channel.
     images: usize,
     channels: usize,
     pixels: usize,

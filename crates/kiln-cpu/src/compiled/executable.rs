@@ -10,6 +10,7 @@ use super::views::{check_view, read_dense};
 use super::{raw, steps};
 use kiln_ir::{Error, HostTensor, Result};
 use kiln_sched::{BufId, BufKind, Kernel, Program, StepKind};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 /// Alignment of every temporary (and of the arena): a cache line, as the memory planner and
@@ -231,8 +232,8 @@ pub(crate) struct BoundRun<'a> {
     exe: &'a Executable,
     ptrs: &'a [*mut u8],
     scratch: &'a mut Vec<f32>,
-    /// The step that last ran inside the step before it (see [`BoundRun::step`]).
-    ran_inside: Option<usize>,
+    /// The steps that last ran inside the step before them (see [`BoundRun::step`]).
+    ran_inside: Option<Range<usize>>,
 }
 
 impl BoundRun<'_> {
@@ -241,9 +242,9 @@ impl BoundRun<'_> {
         &self.exe.program
     }
 
-    /// The step that ran inside the step run last, if one did (see [`BoundRun::step`]).
-    pub(crate) fn ran_inside(&self) -> Option<usize> {
-        self.ran_inside
+    /// The steps that ran inside the step run last, if any did (see [`BoundRun::step`]).
+    pub(crate) fn ran_inside(&self) -> Option<Range<usize>> {
+        self.ran_inside.clone()
     }
 
     /// The constants step `i` packs once, which say how it runs (see `prepack`).
@@ -251,21 +252,26 @@ impl BoundRun<'_> {
         self.exe.prepacked[i].as_ref()
     }
 
-    /// Runs step `i` with the knobs `tune`, and the step after it inside it when that one
-    /// runs [`with_previous`](kiln_sched::Step::with_previous) and this runner can (see
-    /// `steps::run_chained`; else it runs on its own when its turn comes).
+    /// Runs step `i` with the knobs `tune`, and the steps after it inside it when they run
+    /// [`with_previous`](kiln_sched::Step::with_previous) and this runner can (see
+    /// `steps::run_chained`; else each runs on its own when its turn comes).
     pub(crate) fn step(&mut self, i: usize, tune: StepTuning) -> Result<()> {
         let p = &self.exe.program;
         let step = &p.steps[i];
-        if self.ran_inside.take() == Some(i) {
+        if let Some(inside) = self.ran_inside.take_if(|r| r.contains(&i)) {
+            if i + 1 < inside.end {
+                self.ran_inside = Some(inside);
+            }
             return Ok(());
         }
-        if let Some(next) = p.steps.get(i + 1).filter(|s| s.with_previous) {
-            let packed = [self.exe.prepacked[i].as_ref(), self.exe.prepacked[i + 1].as_ref()];
-            let ran = steps::run_chained(p, &step.kind, &next.kind, self.ptrs, &*self.exe.kernels, self.scratch, tune, packed)
-                .map_err(|e| e.context(&format!("steps {i} and {} (nodes {:?}, {:?})", i + 1, step.nodes, next.nodes)))?;
+        let end = (i + 1..p.steps.len()).find(|&j| !p.steps[j].with_previous).unwrap_or(p.steps.len());
+        if end > i + 1 {
+            let chain: Vec<&StepKind> = p.steps[i..end].iter().map(|s| &s.kind).collect();
+            let packed: Vec<Option<&Prepacked>> = self.exe.prepacked[i..end].iter().map(Option::as_ref).collect();
+            let ran = steps::run_chained(p, &chain, self.ptrs, &*self.exe.kernels, self.scratch, tune, &packed)
+                .map_err(|e| e.context(&format!("steps {i}..{end} (nodes {:?}..)", step.nodes)))?;
             if ran {
-                self.ran_inside = Some(i + 1);
+                self.ran_inside = Some(i + 1..end);
                 return Ok(());
             }
         }

@@ -33,7 +33,7 @@ pub fn profile(exe: &Executable, inputs: &[HostTensor], runs: usize) -> Result<(
             let t = Instant::now();
             run.step(i, exe.tuning().step(i))?;
             per_step[i].push(t.elapsed());
-            if let Some(j) = run.ran_inside() {
+            for j in run.ran_inside().unwrap_or_default() {
                 inside[j] = true;
             }
             Ok(())

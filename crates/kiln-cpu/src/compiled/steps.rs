@@ -88,53 +88,93 @@ pub(crate) fn run_step(
                     scratch,
                     tune.block_rows,
                     packed,
-                    None,
+                    &[],
                 ),
             }
         }
     }
 }
 
-/// Runs `first` with `second` chained onto it (see `kiln_sched::chain`), when this runner can:
-/// `second` a 1x1 conv reading what `first`, a conv on kiln's GEMM, stores, each with an
-/// epilogue that runs in blocks, if any. `Ok(false)` (nothing run) when it cannot.
+/// Runs `chain[0]` with the steps after it in `chain` inside it (see `kiln_sched::chain`), when
+/// this runner can: the first a conv on kiln's GEMM, the others 1x1 convs whose inputs the
+/// chain can give them a range of pixels at a time ([`chained_input`]), each epilogue running
+/// in blocks, if any. `packed`: each step's cell. `Ok(false)` (nothing run) when it cannot.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_chained(
     p: &Program,
-    first: &StepKind,
-    second: &StepKind,
+    chain: &[&StepKind],
     ptrs: &[*mut u8],
     kernels: &dyn LaunchKernel,
     scratch: &mut Vec<f32>,
     tune: StepTuning,
-    packed: [Option<&Prepacked>; 2],
+    packed: &[Option<&Prepacked>],
 ) -> Result<bool> {
-    let (
-        StepKind::Extern { op: op1 @ ExternOp::Conv2d(a1), inputs: in1, out: out1, out_shape: s1, epilogue: e1 },
-        StepKind::Extern { op: op2 @ ExternOp::Conv2d(a2), inputs: in2, out: out2, out_shape: s2, epilogue: e2 },
-    ) = (first, second)
-    else {
+    let Some((&first, rest)) = chain.split_first() else {
         return Ok(false);
     };
-    if chain_source(first) != in2.first().map(|v| v.buf) || packed[0].and_then(Prepacked::conv_gemm).is_none() {
+    let StepKind::Extern { op: op1 @ ExternOp::Conv2d(a1), inputs: in1, out: out1, out_shape: s1, epilogue: e1 } = first else {
+        return Ok(false);
+    };
+    if packed.first().copied().flatten().and_then(Prepacked::conv_gemm).is_none() {
         return Ok(false);
     }
     check_f32(p, op1, in1, *out1)?;
-    check_f32(p, op2, in2, *out2)?;
     let epi1 = Epi::new(kernels, e1.as_ref(), ptrs, tune.chunks, written_spans(p, None, ptrs, *out1));
-    // The second epilogue may read what the first step writes only at its own points, the
-    // only ones final when it runs.
-    let mut written = written_spans(p, e1.as_ref(), ptrs, *out1);
-    written.extend(written_spans(p, None, ptrs, *out2));
-    let epi2 = Epi::new(kernels, e2.as_ref(), ptrs, None, written);
     if epi1.present() && !epi1.blocks() {
         return Ok(false);
     }
-    let Some(chained) = conv::Chained::new(a2, in2, ptrs, *out2, s2, &epi2, packed[1]) else {
-        return Ok(false);
-    };
-    conv::run(a1, in1, ptrs, *out1, s1, &epi1, scratch, tune.block_rows, packed[0], Some(&chained))?;
+    // Each later epilogue may read what the chain writes only at its own points, the only
+    // ones final when it runs.
+    let mut written = written_spans(p, e1.as_ref(), ptrs, *out1);
+    let mut epis = Vec::with_capacity(rest.len());
+    for (j, &step) in rest.iter().enumerate() {
+        let StepKind::Extern { op: op @ ExternOp::Conv2d(_), inputs, out, epilogue, .. } = step else {
+            return Ok(false);
+        };
+        if !chained_input(&chain[..=j], step) {
+            return Ok(false);
+        }
+        check_f32(p, op, inputs, *out)?;
+        let mut mine = written_spans(p, None, ptrs, *out);
+        mine.extend(written.iter().cloned());
+        epis.push(Epi::new(kernels, epilogue.as_ref(), ptrs, None, mine));
+        written.extend(written_spans(p, epilogue.as_ref(), ptrs, *out));
+    }
+    let mut then = Vec::with_capacity(rest.len());
+    for ((&step, epi), cell) in rest.iter().zip(&epis).zip(&packed[1..]) {
+        let StepKind::Extern { op: ExternOp::Conv2d(a), inputs, out, out_shape, .. } = step else {
+            return Ok(false);
+        };
+        let Some(c) = conv::Chained::new(a, inputs, ptrs, *out, out_shape, epi, *cell) else {
+            return Ok(false);
+        };
+        then.push(c);
+    }
+    conv::run(a1, in1, ptrs, *out1, s1, &epi1, scratch, tune.block_rows, packed[0], &then)?;
     Ok(true)
+}
+
+/// True when the 1x1 conv `next` can run inside `chain` (the first step leading), a range of
+/// pixels at a time: its input view is dense, of the first step's images and pixels, and is
+/// either what a step of the chain stores (final for a range once that step has run on it) or
+/// a buffer no step of the chain writes.
+pub(crate) fn chained_input(chain: &[&StepKind], next: &StepKind) -> bool {
+    let (Some(StepKind::Extern { out_shape, .. }), StepKind::Extern { inputs, .. }) = (chain.first(), next) else {
+        return false;
+    };
+    let Some(x) = inputs.first() else {
+        return false;
+    };
+    let (&[n, _, h, w], &[xn, _, xh, xw]) = (&out_shape[..], &x.shape[..]) else {
+        return false;
+    };
+    let writes = |s: &StepKind| match s {
+        StepKind::Extern { out, epilogue, .. } => written_bufs(epilogue.as_ref(), *out),
+        _ => Vec::new(),
+    };
+    let stored = chain.iter().any(|s| chain_source(s) == Some(x.buf));
+    let written = chain.iter().any(|s| writes(s).contains(&x.buf));
+    *x == BufView::dense(x.buf, &x.shape) && (n, h, w) == (xn, xh, xw) && (stored || !written)
 }
 
 /// The buffer that holds an extern step's final values: its epilogue's one store, else its

@@ -93,7 +93,8 @@ impl fmt::Display for FusionReport {
             let nodes: Vec<String> = s.nodes.iter().map(|n| n.to_string()).collect();
             writeln!(f, "step {i} {} [{}]: {}", s.name, s.kind, nodes.join(" "))?;
             if self.with_previous.contains(&i) {
-                writeln!(f, "    runs inside step {}, on each block of its output as soon as it is final", i - 1)?;
+                let first = (0..i).rev().find(|j| !self.with_previous.contains(j)).unwrap_or(0);
+                writeln!(f, "    runs inside step {first}, on each block of pixels as soon as the steps before it have finished it")?;
             }
             for (n, why) in &s.notes {
                 writeln!(f, "    {n} stored: {why}")?;
