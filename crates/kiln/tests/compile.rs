@@ -332,6 +332,25 @@ fn conv_epilogues_run_on_each_block_the_gemm_finishes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Plans `g` for inputs `xs` and checks the program on the kernel-IR interpreter and compiled
+/// to C against the reference interpreter (panicking with `case`); returns the program, its
+/// report and one profiled run of the compiled steps.
+fn check_both_ways(
+    g: &kiln_ir::Graph,
+    xs: &[HostTensor],
+    dir: &std::path::Path,
+    case: &str,
+) -> (kiln_sched::Program, kiln::compile::CompileReport, Vec<kiln_cpu::compiled::StepTime>) {
+    let want = kiln_cpu::run(g, xs).unwrap();
+    let (program, report) = plan(g, &shapes(xs), &opts(dir)).unwrap();
+    let got = kiln_cpu::compiled::run_interpreted(&program, xs).unwrap();
+    compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}, interpreted: {e}"));
+    let compiled = compile(g, &shapes(xs), &opts(dir)).unwrap();
+    compare(&compiled.run(xs).unwrap(), &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}: {e}"));
+    let (steps, _) = compiled.profile(xs, 1).unwrap().expect("compiled steps");
+    (program, report, steps)
+}
+
 /// A 1x1 conv that reads what the conv before it stores runs inside that conv (one launch for
 /// both), on each range of pixels as soon as the first conv has finished every channel of
 /// them: against the reference interpreter, with the first conv read in place or through
@@ -366,17 +385,11 @@ fn one_by_one_convs_run_inside_the_conv_before_them() {
         g.output(y);
         g.output(z);
         let xs = vec![values(&[n, c, hw, hw], 5), values(&dims, 6)];
-        let want = kiln_cpu::run(&g, &xs).unwrap();
         let case = format!("n {n} c {c} -> {o1} -> {o2}, {hw}x{hw} s {stride}");
-        let (program, report) = plan(&g, &shapes(&xs), &opts(&dir)).unwrap();
+        let (program, report, steps) = check_both_ways(&g, &xs, &dir, &case);
         let chained: Vec<usize> = (0..program.steps.len()).filter(|&i| program.steps[i].with_previous).collect();
         assert_eq!(chained.len(), 1, "{case}: one conv chained onto the other");
         assert_eq!((report.kernels, program.launches()), (1, 1), "{case}: one launch for the pair");
-        let got = kiln_cpu::compiled::run_interpreted(&program, &xs).unwrap();
-        compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}, interpreted: {e}"));
-        let compiled = compile(&g, &shapes(&xs), &opts(&dir)).unwrap();
-        compare(&compiled.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}: {e}"));
-        let (steps, _) = compiled.profile(&xs, 1).unwrap().expect("compiled steps");
         assert!(steps[chained[0]].inside_previous, "{case}: the 1x1 conv ran on its own");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -413,16 +426,10 @@ fn a_downsample_its_residual_conv_and_the_next_conv_run_as_one_launch() {
         g.output(y);
         g.output(z);
         let xs = vec![values(&[n, cx, hw, hw], 5), values(&[n, ch, side, side], 6)];
-        let want = kiln_cpu::run(&g, &xs).unwrap();
         let case = format!("n {n} x {cx}@{hw} s {stride}, h {ch} -> {o} -> {o2}");
-        let (program, report) = plan(&g, &shapes(&xs), &opts(&dir)).unwrap();
+        let (program, report, steps) = check_both_ways(&g, &xs, &dir, &case);
         let described: Vec<String> = program.steps.iter().map(|s| kiln_cpu::compiled::describe(&s.kind)).collect();
         assert_eq!((program.steps.len(), report.kernels), (3, 1), "{case}: three steps, one launch: {described:#?}");
-        let got = kiln_cpu::compiled::run_interpreted(&program, &xs).unwrap();
-        compare(&got, &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}, interpreted: {e}"));
-        let compiled = compile(&g, &shapes(&xs), &opts(&dir)).unwrap();
-        compare(&compiled.run(&xs).unwrap(), &want, 1e-4, 1e-5).unwrap_or_else(|e| panic!("{case}: {e}"));
-        let (steps, _) = compiled.profile(&xs, 1).unwrap().expect("compiled steps");
         assert!(steps[1].inside_previous && steps[2].inside_previous, "{case}: the chain ran apart");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -6,10 +6,11 @@
 //! reading the whole maps back from memory. In resnet50: a block's downsample, its last 1x1
 //! conv (whose residual the downsample is) and the next block's first 1x1 conv.
 
+use super::conv::is_pointwise;
 use super::prepack::{self, Prepacked};
-use super::steps::{chained_input, col_blocks_safe, written_bufs};
-use kiln_ir::DType;
+use super::steps::{chained_input, check_f32, col_blocks_safe, step_writes};
 use kiln_sched::{BufId, Epilogue, ExternOp, Program, StepKind};
+use std::ops::Range;
 
 /// True when the CPU runner runs `next` inside `chain` (the steps just before it, the first
 /// one leading), as the module docs say: the first a conv on kiln's GEMM whose output has at
@@ -25,56 +26,37 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
     let Some(&first) = chain.first() else {
         return false;
     };
-    let (StepKind::Extern { op: ExternOp::Conv2d(_), out_shape: s1, epilogue: e1, out: out1, .. }, StepKind::Extern { op: ExternOp::Conv2d(a2), inputs: in2, out: out2, epilogue: e2, .. }) = (first, next) else {
+    let (StepKind::Extern { op: ExternOp::Conv2d(_), out_shape: s1, epilogue: e1, out: out1, .. }, StepKind::Extern { op: ExternOp::Conv2d(a2), inputs: in2, out_shape: s2, epilogue: e2, .. }) = (first, next) else {
         return false;
     };
     let on_gemm = |s: &StepKind| matches!(prepack::for_step(p, s), Some(Prepacked::ConvGemm(_)));
     let f32s = chain.iter().chain([&next]).all(|s| match s {
-        StepKind::Extern { inputs, out, .. } => inputs.iter().map(|v| v.buf).chain([*out]).all(|b| p.buffer(b).dtype == DType::F32),
+        StepKind::Extern { op, inputs, out, .. } => check_f32(p, op, inputs, *out).is_ok(),
         _ => false,
     });
-    let pointwise = in2[1].shape[2..] == [1, 1] && a2.stride == [1, 1] && a2.padding == [0; 4] && a2.groups == 1;
     // Only where the first GEMM splits by pixels anyway (see `gemm::gemm_a`): with fewer
     // pixels than output channels it splits by channels, each thread reading its share of the
     // weights; split by pixels for the chain, each thread streamed all of them (resnet50's
     // 14x14 and 7x7 pairs ran 3-12% slower chained, their maps being in cache either way).
     let by_pixels = matches!(&s1[..], &[_, o, h, w] if h * w >= o);
     // Buffers stand for their memory here: the memory plan keeps a chain's buffers apart.
-    let mut written: Vec<_> = chain.iter().flat_map(|s| writes(s)).collect();
-    written.extend(writes(next));
+    let written = |steps: &[&StepKind]| -> Vec<Range<usize>> { steps.iter().flat_map(|s| step_writes(s)).map(span).collect() };
     on && f32s
-        && pointwise
+        && is_pointwise(a2, in2, s2)
         && by_pixels
         && on_gemm(first)
         && on_gemm(next)
         && chained_input(chain, next)
-        && blocks(e1.as_ref(), written_spans(e1.as_ref(), *out1))
-        && blocks(e2.as_ref(), {
-            let mut w = written_spans(None, *out2);
-            w.extend(written);
-            w
-        })
-}
-
-/// The buffers an extern step writes, as [`col_blocks_safe`] spans.
-fn writes(s: &StepKind) -> Vec<std::ops::Range<usize>> {
-    match s {
-        StepKind::Extern { out, epilogue, .. } => written_spans(epilogue.as_ref(), *out),
-        _ => Vec::new(),
-    }
-}
-
-/// The buffers an extern writing `out` with epilogue `e` writes, as [`col_blocks_safe`] spans.
-fn written_spans(e: Option<&Epilogue>, out: BufId) -> Vec<std::ops::Range<usize>> {
-    written_bufs(e, out).into_iter().map(span).collect()
+        && blocks(e1.as_ref(), vec![span(*out1)])
+        && blocks(e2.as_ref(), written(&[chain, &[next]].concat()))
 }
 
 /// A buffer as a span of its own.
-fn span(b: BufId) -> std::ops::Range<usize> {
+fn span(b: BufId) -> Range<usize> {
     b.index()..b.index() + 1
 }
 
 /// True when epilogue `e` (if any) runs in blocks given what the step writes.
-fn blocks(e: Option<&Epilogue>, written: Vec<std::ops::Range<usize>>) -> bool {
+fn blocks(e: Option<&Epilogue>, written: Vec<Range<usize>>) -> bool {
     e.is_none_or(|e| crate::codegen::has_cols(&e.kernel) && col_blocks_safe(e, &span, written))
 }

@@ -148,6 +148,12 @@ pub(crate) use conv_winograd::WinogradWeights;
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) enum WinogradWeights {}
 
+/// True for a 1x1 stride-1 unpadded conv of these inputs and output shape (one GEMM of the
+/// input as it lies, per image and group); false also when they do not fit together.
+pub(crate) fn is_pointwise(a: &Conv2dAttrs, inputs: &[BufView], out: &[usize]) -> bool {
+    Geom::new(a, inputs, out).is_ok_and(|g| g.is_pointwise())
+}
+
 /// The cell of constants this conv packs once, which also says how it runs, if any: with
 /// constant weights (`weights_const`), by Winograd's F(4x4, 3x3) where it fits (see
 /// [`conv_winograd`]), else on the conv tiles where they fit (see [`conv_tiles`]), else on

@@ -168,12 +168,8 @@ pub(crate) fn chained_input(chain: &[&StepKind], next: &StepKind) -> bool {
     let (&[n, _, h, w], &[xn, _, xh, xw]) = (&out_shape[..], &x.shape[..]) else {
         return false;
     };
-    let writes = |s: &StepKind| match s {
-        StepKind::Extern { out, epilogue, .. } => written_bufs(epilogue.as_ref(), *out),
-        _ => Vec::new(),
-    };
     let stored = chain.iter().any(|s| chain_source(s) == Some(x.buf));
-    let written = chain.iter().any(|s| writes(s).contains(&x.buf));
+    let written = chain.iter().any(|s| step_writes(s).contains(&x.buf));
     *x == BufView::dense(x.buf, &x.shape) && (n, h, w) == (xn, xh, xw) && (stored || !written)
 }
 
@@ -193,7 +189,7 @@ pub(crate) fn chain_source(step: &StepKind) -> Option<BufId> {
 }
 
 /// Errors unless every buffer an extern reads or writes is f32.
-fn check_f32(p: &Program, op: &ExternOp, inputs: &[BufView], out: BufId) -> Result<()> {
+pub(crate) fn check_f32(p: &Program, op: &ExternOp, inputs: &[BufView], out: BufId) -> Result<()> {
     for v in inputs.iter().map(|v| v.buf).chain([out]) {
         if p.buffer(v).dtype != DType::F32 {
             return Err(Error::Unsupported(format!(
@@ -395,6 +391,14 @@ pub(crate) fn written_bufs(e: Option<&Epilogue>, out: BufId) -> Vec<BufId> {
         })
     });
     [out].into_iter().chain(stores).collect()
+}
+
+/// The buffers an extern step writes (see [`written_bufs`]); none for other steps.
+pub(crate) fn step_writes(s: &StepKind) -> Vec<BufId> {
+    match s {
+        StepKind::Extern { out, epilogue, .. } => written_bufs(epilogue.as_ref(), *out),
+        _ => Vec::new(),
+    }
 }
 
 /// [`written_bufs`] as address ranges.
