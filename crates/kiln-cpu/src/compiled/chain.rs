@@ -13,8 +13,7 @@ use kiln_sched::{BufId, Epilogue, ExternOp, Program, StepKind};
 use std::ops::Range;
 
 /// True when the CPU runner runs `next` inside `chain` (the steps just before it, the first
-/// one leading), as the module docs say: the first a conv on kiln's GEMM whose output has at
-/// least as many pixels as channels; `next` a 1x1 stride-1 unpadded conv on kiln's GEMM whose
+/// one leading), as the module docs say: the first a conv on kiln's GEMM; `next` a 1x1 stride-1 unpadded conv on kiln's GEMM whose
 /// input is dense, of the first conv's images and pixels, and either what a step of the
 /// chain stores or written by none of them (`steps::chained_input`); all f32; each epilogue,
 /// if any, runs in blocks (its column-block twin exists and it reads what the chain writes
@@ -26,7 +25,7 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
     let Some(&first) = chain.first() else {
         return false;
     };
-    let (StepKind::Extern { op: ExternOp::Conv2d(_), out_shape: s1, epilogue: e1, out: out1, .. }, StepKind::Extern { op: ExternOp::Conv2d(a2), inputs: in2, out_shape: s2, epilogue: e2, .. }) = (first, next) else {
+    let (StepKind::Extern { op: ExternOp::Conv2d(_), epilogue: e1, out: out1, .. }, StepKind::Extern { op: ExternOp::Conv2d(a2), inputs: in2, out_shape: s2, epilogue: e2, .. }) = (first, next) else {
         return false;
     };
     let on_gemm = |s: &StepKind| matches!(prepack::for_step(p, s), Some(Prepacked::ConvGemm(_)));
@@ -34,16 +33,16 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
         StepKind::Extern { op, inputs, out, .. } => check_f32(p, op, inputs, *out).is_ok(),
         _ => false,
     });
-    // Only where the first GEMM splits by pixels anyway (see `gemm::gemm_a`): with fewer
-    // pixels than output channels it splits by channels, each thread reading its share of the
-    // weights; split by pixels for the chain, each thread streamed all of them (resnet50's
-    // 14x14 and 7x7 pairs ran 3-12% slower chained, their maps being in cache either way).
-    let by_pixels = matches!(&s1[..], &[_, o, h, w] if h * w >= o);
+    // Split by pixels for the chain, each thread streams all of the weights, where a GEMM with
+    // fewer pixels than output channels splits by channels and each reads its share; and a
+    // 7x7 image's 49 pixels (7 vectors of 8) split no better than 4 to 3. Chained, resnet50's
+    // 14x14 and 7x7 convs took 3-4% longer (Zen 1, 2 threads, alternated), about 1.5 ms of its
+    // 110: the price of its 46 launches becoming 35 (kiln's target: 80% fewer than eager's
+    // 177). `KILN_CPU_CHAIN=0` measures it.
     // Buffers stand for their memory here: the memory plan keeps a chain's buffers apart.
     let written = |steps: &[&StepKind]| -> Vec<Range<usize>> { steps.iter().flat_map(|s| step_writes(s)).map(span).collect() };
     on && f32s
         && is_pointwise(a2, in2, s2)
-        && by_pixels
         && on_gemm(first)
         && on_gemm(next)
         && chained_input(chain, next)

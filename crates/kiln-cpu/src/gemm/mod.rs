@@ -405,15 +405,23 @@ unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, 
     // smaller is the one every thread reads. (A 7x7 image's 49 columns against 512 rows of
     // weights: by panels, both threads streamed all 9.4 MB of a 3x3 conv's weights.)
     let by_panels = then.swept.is_some() || (panels >= threads && (n >= m || tiles < threads));
-    let (len, step) = if by_panels {
-        (panels, panels.div_ceil(threads))
+    if by_panels {
+        let parts = threads.min(panels);
+        crate::par::for_each_task(parts, |i| job.run(0..tiles, even_panels(n, parts, i)));
     } else {
-        (tiles, tiles.div_ceil(threads))
-    };
-    in_parts(len, step, |part| match by_panels {
-        true => job.run(0..tiles, part),
-        false => job.run(part, 0..panels),
-    });
+        in_parts(tiles, tiles.div_ceil(threads), |part| job.run(part, 0..panels));
+    }
+}
+
+/// Panels of part `i` of `parts` over `n` columns, the parts as even in vectors of 8 columns
+/// (what a narrow last panel costs the micro-kernel) as whole panels allow. Equal counts of
+/// panels are not even: a 14x14 image's 196 columns in 13 panels, the last of 4, went 7 and
+/// 6 (14 vectors against 11), where 6 and 7 is 12 against 13.
+fn even_panels(n: usize, parts: usize, i: usize) -> Range<usize> {
+    let (vectors, panels) = (n.div_ceil(8), n.div_ceil(PANEL));
+    // The share's nearest whole panel: i * vectors / parts / 2, rounded.
+    let end = |i: usize| if i == parts { panels } else { ((i * vectors + parts) / (2 * parts)).min(panels) };
+    end(i)..end(i + 1)
 }
 
 /// The operands of one [`gemm_a`] call, shared by its threads.
@@ -465,5 +473,29 @@ impl Job<'_> {
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (rows, panels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{even_panels, PANEL};
+
+    #[test]
+    fn panels_split_evenly_in_vectors_and_cover_every_panel_once() {
+        // resnet50's 14x14 image: 6 whole panels, then 6 and a narrow one (12 vs 13 vectors).
+        assert_eq!((0..2).map(|i| even_panels(196, 2, i)).collect::<Vec<_>>(), [0..6, 6..13]);
+        for n in 1usize..300 {
+            let panels = n.div_ceil(PANEL);
+            for parts in 1..=panels.min(5) {
+                let ranges: Vec<_> = (0..parts).map(|i| even_panels(n, parts, i)).collect();
+                assert_eq!(ranges[0].start, 0, "n {n} parts {parts}");
+                assert_eq!(ranges[parts - 1].end, panels, "n {n} parts {parts}");
+                assert!(ranges.windows(2).all(|w| w[0].end == w[1].start), "n {n} parts {parts}: {ranges:?}");
+                let vectors = |r: &std::ops::Range<usize>| (r.start * PANEL..(r.end * PANEL).min(n)).len().div_ceil(8);
+                let most = ranges.iter().map(vectors).max().unwrap_or(0);
+                // No part more than one panel's vectors past an even share.
+                assert!(most <= n.div_ceil(8).div_ceil(parts) + 2, "n {n} parts {parts}: {ranges:?}");
+            }
+        }
     }
 }
