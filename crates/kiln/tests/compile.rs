@@ -132,7 +132,7 @@ fn zoo_models_compiled_match_the_interpreter_with_far_fewer_kernels() {
         // Each conv is at most one launch (BN folded, bias/relu/residual in its epilogue, the
         // global pool the last conv's row epilogue; a block's last 1x1 conv and the next
         // block's first, or a stage's downsample with them, run as one where kiln's GEMM runs):
-        // at least 60% fewer (today 68%, 76% with the chains). A transformer's matmuls carry its layer norms, GELU and bias in
+        // at least 60% fewer (today 77%; 67% with `KILN_CPU_CHAIN=0`). A transformer's matmuls carry its layer norms, GELU and bias in
         // their epilogues, and attention is one step writing the heads' merge: at least 70%
         // fewer (today bert 83%, gpt2 78%).
         let floor = if m.name().starts_with("resnet") { 60 } else { 70 };

@@ -13,12 +13,12 @@ use kiln_sched::{BufId, Epilogue, ExternOp, Program, StepKind};
 use std::ops::Range;
 
 /// True when the CPU runner runs `next` inside `chain` (the steps just before it, the first
-/// one leading), as the module docs say: the first a conv on kiln's GEMM; `next` a 1x1 stride-1 unpadded conv on kiln's GEMM whose
-/// input is dense, of the first conv's images and pixels, and either what a step of the
-/// chain stores or written by none of them (`steps::chained_input`); all f32; each epilogue,
-/// if any, runs in blocks (its column-block twin exists and it reads what the chain writes
-/// only at its own points). `KILN_CPU_CHAIN=0` turns chaining off. For
-/// `kiln_sched::chain_steps`.
+/// one leading), as the module docs say: the first a conv on kiln's GEMM, on a map of any
+/// size; `next` a 1x1 stride-1 unpadded conv on kiln's GEMM whose input is dense, of the
+/// first conv's images and pixels, and either what a step of the chain stores or written by
+/// none of them (`steps::chained_input`); all f32; each epilogue, if any, runs in blocks (its
+/// column-block twin exists and it reads what the chain writes only at its own points).
+/// `KILN_CPU_CHAIN=0` turns chaining off. For `kiln_sched::chain_steps`.
 pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *ON.get_or_init(|| std::env::var("KILN_CPU_CHAIN").map_or(true, |v| v != "0"));
@@ -33,12 +33,13 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
         StepKind::Extern { op, inputs, out, .. } => check_f32(p, op, inputs, *out).is_ok(),
         _ => false,
     });
-    // Split by pixels for the chain, each thread streams all of the weights, where a GEMM with
-    // fewer pixels than output channels splits by channels and each reads its share; and a
-    // 7x7 image's 49 pixels (7 vectors of 8) split no better than 4 to 3. Chained, resnet50's
-    // 14x14 and 7x7 convs took 3-4% longer (Zen 1, 2 threads, alternated), about 1.5 ms of its
-    // 110: the price of its 46 launches becoming 35 (kiln's target: 80% fewer than eager's
-    // 177). `KILN_CPU_CHAIN=0` measures it.
+    // Maps of any size, though on small ones the chain costs time: split by pixels for the
+    // chain, each thread streams all of the weights, where a GEMM with fewer pixels than
+    // output channels splits by channels and each reads its share; and a 7x7 image's 49
+    // pixels (7 vectors of 8) split no better than 4 to 3. Chained, resnet50's 14x14 and 7x7
+    // convs took about 1 ms longer (layer 3 +0.7-0.9, layer 4 +0.1-0.3; Zen 1, 2 threads,
+    // alternated), 1-2% of its ~110: the price of its 46 launches becoming 35 (kiln's target:
+    // 80% fewer than eager's 177). `KILN_CPU_CHAIN=0` measures it.
     // Buffers stand for their memory here: the memory plan keeps a chain's buffers apart.
     let written = |steps: &[&StepKind]| -> Vec<Range<usize>> { steps.iter().flat_map(|s| step_writes(s)).map(span).collect() };
     on && f32s

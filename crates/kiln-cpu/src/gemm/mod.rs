@@ -419,8 +419,9 @@ unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, 
 /// 6 (14 vectors against 11), where 6 and 7 is 12 against 13.
 fn even_panels(n: usize, parts: usize, i: usize) -> Range<usize> {
     let (vectors, panels) = (n.div_ceil(8), n.div_ceil(PANEL));
-    // The share's nearest whole panel: i * vectors / parts / 2, rounded.
-    let end = |i: usize| if i == parts { panels } else { ((i * vectors + parts) / (2 * parts)).min(panels) };
+    // The share's nearest whole panel: i * vectors / parts / 2, rounded (for i = parts,
+    // ceil(vectors / 2): every panel).
+    let end = |i: usize| ((i * vectors + parts) / (2 * parts)).min(panels);
     end(i)..end(i + 1)
 }
 
