@@ -76,7 +76,7 @@ fn edge_tiles_and_depths() {
     // 0 to 6 whole panels with and without a narrow last one (the AVX-512 tile takes whole
     // panels 4, 3, 2 or 1 at a time).
     for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
-        for n in [1, 15, 16, 17, 40, 48, 64, 100] {
+        for n in [1, 9, 15, 16, 17, 25, 40, 48, 64, 100] {
             for k in [1, 3, 255, 256, 257, 600] {
                 check(m, n, k, k + 3, n + 5);
             }
@@ -218,7 +218,8 @@ fn packed_a_reads_rows_of_whole_lines_in_place() {
             // Whole panels only (one sweep, several, by panels and by tiles); a last sweep with a
             // narrow panel (packed) after whole ones in place; depths past one 256 pass and past
             // one block of packed rows; every tile height.
-            for (m, n, k) in [(7, 64, 300), (13, 160, 513), (64, 3136, 256), (5, 40, 20), (9, 200, 70), (300, 48, 1100)] {
+            // (40, 200, 300) on two threads: split at column 104, half way through panel 6.
+            for (m, n, k) in [(7, 64, 300), (13, 160, 513), (64, 3136, 256), (5, 40, 20), (9, 200, 70), (300, 48, 1100), (40, 200, 300)] {
                 check_a_aligned(m, n, k);
             }
             for m in 1..=6 {
@@ -237,7 +238,7 @@ fn packed_a_edge_tiles_depths_and_sweeps() {
     one.install(|| {
         // Every tile height 1..6 (tiles under 4 rows spread k over 2 or 4 sets of accumulators).
     for m in [1, 2, 3, 4, 5, 6, 7, 8, 9, 13] {
-            for n in [1, 15, 16, 17, 49, 64, 130] {
+            for n in [1, 9, 15, 16, 17, 25, 49, 64, 130] {
                 for k in [1, 3, 255, 256, 257, 600] {
                     check_a(m, n, k, k + 3, (n + 2, 1), n + 5);
                 }
@@ -259,7 +260,14 @@ fn packed_a_threads_split_panels_and_tiles_and_b_may_be_strided() {
         check_a(512, 12, 300, 300, (12, 1), 12); // one panel: split by row tiles
         check_a(70, 49, 2048, 2048, (49, 1), 49); // resnet50's last stage: fewer columns than rows, by tiles
         check_a(9, 40, 70, 70, (1, 70), 40); // b transposed
+        // Split by columns in vectors of 8: a 7x7 image's 49 columns go 0..24 and 24..49, the
+        // second thread starting half way through panel 1.
+        check_a(40, 49, 300, 300, (49, 1), 53);
     });
+    // Three parts of 58 columns: 0..16, 16..40 (ends half way through a panel), 40..58 (starts
+    // half way through one).
+    let three = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    three.install(|| check_a(30, 58, 300, 300, (58, 1), 61));
 }
 
 #[test]
@@ -299,7 +307,7 @@ fn packed_a_with_b_already_in_panels() {
     if !available() {
         return;
     }
-    let cases = [(1, 1, 1), (7, 8, 3), (13, 24, 257), (64, 208, 64), (8, 16, 600), (20, 49, 9), (300, 49, 1000), (40, 300, 200)];
+    let cases = [(1, 1, 1), (7, 8, 3), (13, 24, 257), (64, 208, 64), (8, 16, 600), (20, 49, 9), (300, 49, 1000), (40, 300, 200), (40, 49, 300)];
     for ((m, n, k), here) in cases.into_iter().flat_map(|c| [(c, false), (c, true)]) {
         let a = values(m * k, (m + k) as u64);
         let b = values(k * n, (n * 7 + k) as u64);

@@ -63,7 +63,7 @@ pub(super) unsafe fn block(
                             cols: 0,
                             acc,
                         };
-                        t.sweep(ROWS.min(r1 - i), q1 - q0, k * PANEL, n - q0 * PANEL, wide);
+                        t.sweep(ROWS.min(r1 - i), q1 - q0, k * PANEL, n - q0 * PANEL, 0, wide);
                     }
                 }
             }
@@ -71,8 +71,9 @@ pub(super) unsafe fn block(
     }
 }
 
-/// Row tiles `tiles`, panels `panels` of `c = a @ b` for a packed `a` (see
-/// [`super::gemm_a`]); `wide` as for [`block`]; `then.block` called on each tile's rows of a
+/// Row tiles `tiles`, columns `cols` of `c = a @ b` for a packed `a` (see
+/// [`super::gemm_a`]); `cols` starts on a vector of 8 columns, maybe half way through a
+/// panel of 16, whose first half is then read but not stored; `wide` as for [`block`]; `then.block` called on each tile's rows of a
 /// block of panels after its last pass over the depth, `then.swept` on the block's columns
 /// after its last tile when `tiles` are all of `a`'s. For each block of 8 panels, `b` is packed (read
 /// where it lies when it is already in panels, or when its rows are whole cache lines) as many
@@ -90,7 +91,7 @@ pub(super) unsafe fn block(
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn block_a(
     tiles: Range<usize>,
-    panels: Range<usize>,
+    cols: Range<usize>,
     a: &PackedA,
     n: usize,
     b: Rhs,
@@ -100,6 +101,10 @@ pub(super) unsafe fn block_a(
     then: super::Then,
 ) {
     let (m, k) = (a.m, a.k);
+    if cols.is_empty() {
+        return;
+    }
+    let panels = cols.start / PANEL..cols.end.div_ceil(PANEL);
     let swept = then.swept.filter(|_| tiles.start == 0 && tiles.end * ROWS >= m);
     // A right-hand side of whole 64-byte rows on 64-byte lines (a 1x1 conv's image of 56x56 or
     // 28x28 pixels) is read where it lies, sweeps of whole panels at least: packing it cost a
@@ -120,7 +125,9 @@ pub(super) unsafe fn block_a(
     }
     for q0 in panels.clone().step_by(SWEEP) {
         let q1 = (q0 + SWEEP).min(panels.end);
-        let cols = q0 * PANEL..n.min(q1 * PANEL);
+        // The sweep's columns of `b` (from its first panel's first) and those it stores.
+        let (read, skip) = (q0 * PANEL..cols.end.min(q1 * PANEL), cols.start.saturating_sub(q0 * PANEL));
+        let stored = read.start + skip..read.end;
         for r0 in (0..k).step_by(rows) {
             let r1 = (r0 + rows).min(k);
             // Where panel q0's row r0 lies, how far apart the panels are, and the rows.
@@ -129,8 +136,8 @@ pub(super) unsafe fn block_a(
                     (b.wrapping_offset(r0 as isize * rs + (q0 * PANEL) as isize), PANEL, rs as usize)
                 }
                 Rhs::Strided { b, rs, cs } => {
-                    // SAFETY: rows r0..r1 and columns `cols` are inside `b` (the caller's contract).
-                    unsafe { pack_b(&mut packed, b.offset(r0 as isize * rs), rs, cs, r1 - r0, cols.clone()) };
+                    // SAFETY: rows r0..r1 and columns `read` are inside `b` (the caller's contract).
+                    unsafe { pack_b(&mut packed, b.offset(r0 as isize * rs), rs, cs, r1 - r0, read.clone()) };
                     (packed.as_ptr(), (r1 - r0) * PANEL, PANEL)
                 }
                 Rhs::Panels(b) => (b.wrapping_add((q0 * k + r0) * PANEL), k * PANEL, PANEL),
@@ -151,18 +158,18 @@ pub(super) unsafe fn block_a(
                             cols: 0,
                             acc: k0 > 0,
                         };
-                        t.sweep(ROWS.min(m - i), q1 - q0, step, n - q0 * PANEL, wide);
+                        t.sweep(ROWS.min(m - i), q1 - q0, step, read.len(), skip, wide);
                     }
                 }
                 if let (Some(done), true) = (then.block, r1 == k) {
-                    done(i..(i + ROWS).min(m), cols.clone());
+                    done(i..(i + ROWS).min(m), stored.clone());
                 }
             }
         }
         if let Some(swept) = swept {
             // The product run in the callback takes this thread's packing buffer in turn.
             PACKED.set(packed);
-            swept(cols);
+            swept(stored);
             packed = PACKED.take();
         }
     }
@@ -260,14 +267,25 @@ pub(super) struct Tile {
 impl Tile {
     /// Runs the tile's first `rows` rows of `a` against `panels` panels of `b` from the one at
     /// `self.b` (each `step` values after the last), whose columns start at `self.c` and span
-    /// `width` columns in all (the last panel may be narrower than 16). With `wide`, whole
-    /// panels go four at a time (what is left, fewer) to the AVX-512 tile; a narrow last panel,
-    /// or every panel without `wide`, to the AVX2 tile.
+    /// `width` columns in all (the last panel may be narrower than 16), the first `skip` of
+    /// them (0 or 8) left alone. With `wide`, whole panels go four at a time (what is left,
+    /// fewer) to the AVX-512 tile; a narrow or half panel, or every panel without `wide`, to
+    /// the AVX2 tile.
     ///
     /// # Safety
     /// As [`Tile::run_k`] for every panel; `wide` only on a CPU with AVX-512F.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn sweep(mut self, rows: usize, panels: usize, step: usize, width: usize, wide: bool) {
+    unsafe fn sweep(mut self, rows: usize, panels: usize, step: usize, width: usize, skip: usize, wide: bool) {
+        if skip > 0 && panels > 0 {
+            // SAFETY: the first panel's columns past `skip` and the panels after it are inside
+            // the operands (the caller's contract).
+            unsafe {
+                let half = Tile { b: self.b.add(skip), c: self.c.add(skip), cols: PANEL.min(width) - skip, ..self };
+                half.run(rows);
+                let rest = Tile { b: self.b.add(step), c: self.c.add(PANEL), ..self };
+                return rest.sweep(rows, panels - 1, step, width.saturating_sub(PANEL), 0, wide);
+            }
+        }
         let whole = panels.min(width / PANEL);
         let mut p = 0;
         if wide {
@@ -320,6 +338,11 @@ impl Tile {
         unsafe {
             if self.cols == 1 {
                 self.run_column(rows)
+            } else if self.cols == PANEL / 2 + 1 {
+                // One vector and one column (25 pixels, half of a 7x7 image, in a 16-column
+                // panel and a 9-column one): 7 multiply-adds a step of `k`, not 12.
+                Tile { cols: PANEL / 2, ..*self }.run(rows);
+                Tile { b: self.b.add(PANEL / 2), c: self.c.add(PANEL / 2), cols: 1, ..*self }.run_column(rows)
             } else if self.cols <= PANEL / 2 {
                 by_rows!(1: 2 2 2 2 4 4)
             } else {
@@ -345,7 +368,8 @@ impl Tile {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn run_column(&self, rows: usize) {
         if self.depth == 0 {
-            return self.store_column(rows, _mm256_setzero_ps());
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.store_column(rows, _mm256_setzero_ps()) };
         }
         // SAFETY (whole body): as `run_k`; every step but the last reads 8 values of the
         // tile's packed `a`, the 6 of its step and 2 of the next step's group, inside the tile.

@@ -397,32 +397,30 @@ unsafe fn gemm_a_on(threads: usize, a: &PackedA, n: usize, b: Rhs, c: *mut f32, 
     let job = JobA { a, n, b, c, ldc, then };
     let (panels, tiles) = (n.div_ceil(PANEL), m.div_ceil(ROWS));
     if threads < 2 || m * n * k < PAR_WORK {
-        job.run(0..tiles, 0..panels);
+        job.run(0..tiles, 0..n);
         return;
     }
-    // Split by panels, each thread reading all of `a` and packing its own columns of `b`, or by
+    // Split by columns, each thread reading all of `a` and packing its own columns of `b`, or by
     // row tiles, each reading its share of `a` and packing all of `b`: whichever operand is
     // smaller is the one every thread reads. (A 7x7 image's 49 columns against 512 rows of
-    // weights: by panels, both threads streamed all 9.4 MB of a 3x3 conv's weights.)
-    let by_panels = then.swept.is_some() || (panels >= threads && (n >= m || tiles < threads));
-    if by_panels {
-        let parts = threads.min(panels);
-        crate::par::for_each_task(parts, |i| job.run(0..tiles, even_panels(n, parts, i)));
+    // weights: by columns, both threads streamed all 9.4 MB of a 3x3 conv's weights.)
+    let by_columns = then.swept.is_some() || (panels >= threads && (n >= m || tiles < threads));
+    if by_columns {
+        let parts = threads.min(n.div_ceil(8));
+        crate::par::for_each_task(parts, |i| job.run(0..tiles, even_columns(n, parts, i)));
     } else {
-        in_parts(tiles, tiles.div_ceil(threads), |part| job.run(part, 0..panels));
+        in_parts(tiles, tiles.div_ceil(threads), |part| job.run(part, 0..n));
     }
 }
 
-/// Panels of part `i` of `parts` over `n` columns, the parts as even in vectors of 8 columns
-/// (what a narrow last panel costs the micro-kernel) as whole panels allow. Equal counts of
-/// panels are not even: a 14x14 image's 196 columns in 13 panels, the last of 4, went 7 and
-/// 6 (14 vectors against 11), where 6 and 7 is 12 against 13.
-fn even_panels(n: usize, parts: usize, i: usize) -> Range<usize> {
-    let (vectors, panels) = (n.div_ceil(8), n.div_ceil(PANEL));
-    // The share's nearest whole panel: i * vectors / parts / 2, rounded (for i = parts,
-    // ceil(vectors / 2): every panel).
-    let end = |i: usize| ((i * vectors + parts) / (2 * parts)).min(panels);
-    end(i)..end(i + 1)
+/// Columns of part `i` of `parts` over `n`: the even share rounded to the nearest vector of 8
+/// columns, the micro-kernel's unit (a tile may start or end half way through a 16-column
+/// panel). Whole panels are not even: a 7x7 image's 49 columns went 32 and 17 (a chained
+/// conv's two threads on layer 4 of resnet50 waited on the one with 32), where 24 and 25 is
+/// even; a 14x14 image's 196 went 112 and 84 before panels were balanced by vectors.
+fn even_columns(n: usize, parts: usize, i: usize) -> Range<usize> {
+    let at = |i: usize| if i >= parts { n } else { ((i * n + 4 * parts) / (8 * parts) * 8).min(n) };
+    at(i)..at(i + 1)
 }
 
 /// The operands of one [`gemm_a`] call, shared by its threads.
@@ -440,15 +438,15 @@ struct JobA<'a> {
 unsafe impl Sync for JobA<'_> {}
 
 impl JobA<'_> {
-    /// Row tiles `tiles`, panels `panels` of `c`.
-    fn run(&self, tiles: Range<usize>, panels: Range<usize>) {
+    /// Row tiles `tiles`, columns `cols` of `c` (see [`avx2::block_a`]).
+    fn run(&self, tiles: Range<usize>, cols: Range<usize>) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `gemm_a`'s caller vouched for the operands; `gemm_a` checked the CPU.
         unsafe {
-            avx2::block_a(tiles, panels, self.a, self.n, self.b, self.c, self.ldc, wide(), self.then)
+            avx2::block_a(tiles, cols, self.a, self.n, self.b, self.c, self.ldc, wide(), self.then)
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (tiles, panels);
+        let _ = (tiles, cols);
     }
 }
 
@@ -479,23 +477,22 @@ impl Job<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{even_panels, PANEL};
+    use super::even_columns;
 
     #[test]
-    fn panels_split_evenly_in_vectors_and_cover_every_panel_once() {
-        // resnet50's 14x14 image: 6 whole panels, then 6 and a narrow one (12 vs 13 vectors).
-        assert_eq!((0..2).map(|i| even_panels(196, 2, i)).collect::<Vec<_>>(), [0..6, 6..13]);
+    fn columns_split_evenly_in_vectors_and_cover_every_column_once() {
+        // resnet50's 7x7 and 14x14 images.
+        assert_eq!((0..2).map(|i| even_columns(49, 2, i)).collect::<Vec<_>>(), [0..24, 24..49]);
+        assert_eq!((0..2).map(|i| even_columns(196, 2, i)).collect::<Vec<_>>(), [0..96, 96..196]);
         for n in 1usize..300 {
-            let panels = n.div_ceil(PANEL);
-            for parts in 1..=panels.min(5) {
-                let ranges: Vec<_> = (0..parts).map(|i| even_panels(n, parts, i)).collect();
+            for parts in 1..=n.div_ceil(8).min(5) {
+                let ranges: Vec<_> = (0..parts).map(|i| even_columns(n, parts, i)).collect();
                 assert_eq!(ranges[0].start, 0, "n {n} parts {parts}");
-                assert_eq!(ranges[parts - 1].end, panels, "n {n} parts {parts}");
+                assert_eq!(ranges[parts - 1].end, n, "n {n} parts {parts}");
                 assert!(ranges.windows(2).all(|w| w[0].end == w[1].start), "n {n} parts {parts}: {ranges:?}");
-                let vectors = |r: &std::ops::Range<usize>| (r.start * PANEL..(r.end * PANEL).min(n)).len().div_ceil(8);
-                let most = ranges.iter().map(vectors).max().unwrap_or(0);
-                // No part more than one panel's vectors past an even share.
-                assert!(most <= n.div_ceil(8).div_ceil(parts) + 2, "n {n} parts {parts}: {ranges:?}");
+                assert!(ranges.iter().all(|r| r.start % 8 == 0), "n {n} parts {parts}: {ranges:?}");
+                // No part more than a vector past an even share.
+                assert!(ranges.iter().all(|r| parts * r.len() <= n + 8 * parts), "n {n} parts {parts}: {ranges:?}");
             }
         }
     }
