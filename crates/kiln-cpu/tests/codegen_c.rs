@@ -5,7 +5,7 @@
 //! few ulps for reassociated sums and erf). Skipped, with a note, when no C compiler exists.
 
 use kiln_cpu::codegen::{render_kernel, render_kernels};
-use kiln_cpu::toolchain::{NativeLibrary, Toolchain, cpu_features, parallel_flags};
+use kiln_cpu::toolchain::{NativeLibrary, Toolchain, cpu_features, parallel_flags, vector_flags};
 use kiln_ir::{BinaryOp, DType, HostTensor, Op, PadMode, ReduceOp, Storage, UnaryOp};
 use kiln_sched::kernel::{Arg, Expr, ExprId, Idx, Kernel, Literal, Loop, Stage};
 use std::ffi::c_void;
@@ -1511,6 +1511,24 @@ fn gcc_builds_in_parallel_partitions_and_other_compilers_in_one_process() {
     if let Ok(tc) = Toolchain::detect() {
         // The flags are part of the cache key: a library built otherwise is not reused.
         assert!(tc.id().ends_with(&tc.parallel.join(" ")), "{}", tc.id());
+    }
+}
+
+#[test]
+fn avx2_cpus_without_avx512_get_256_bit_vectors() {
+    let gcc = "gcc (Debian 12.2.0-14) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.\n";
+    let clang = "Debian clang version 14.0.6\nTarget: x86_64-pc-linux-gnu\n";
+    let wide = ["-mprefer-vector-width=256"];
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(vector_flags(gcc, true, false), wide);
+        assert_eq!(vector_flags(clang, true, false), wide);
+    }
+    assert!(vector_flags(gcc, true, true).is_empty(), "AVX-512: the compiler's own choice");
+    assert!(vector_flags(gcc, false, false).is_empty(), "no AVX2: nothing to widen");
+    assert!(vector_flags("tcc version 0.9.27", true, false).is_empty(), "a compiler that may not know the flag");
+    if let Ok(tc) = Toolchain::detect() {
+        // Part of the cache key, and given to every build (the compile tests build with it).
+        assert!(tc.id().contains(&tc.vector.join(" ")), "{}", tc.id());
     }
 }
 
