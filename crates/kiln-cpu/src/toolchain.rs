@@ -46,14 +46,14 @@ pub struct Toolchain {
     pub vector: Vec<String>,
 }
 
-/// `-mprefer-vector-width=256` for GCC or Clang on an x86-64 CPU with AVX2 but not AVX-512F,
-/// else nothing. For the first AMD Zen cores (`-march=native` there is znver1/znver2), GCC
-/// prefers 128-bit vectors, since those cores split each 256-bit operation in two; a loop
-/// bound by its count of operations, not by memory, then takes twice the instructions per
-/// element. bert-base's GELU epilogue (the prelude's erfc) is such a loop: on a Zen 1 VM its
-/// FFN1 step went 9.6-9.8 -> 8.5-8.8 ms a layer with 256-bit vectors, resnet50 unchanged
-/// (`kiln bench --profile`, alternated with and without). On an AVX-512 CPU the compiler's own
-/// choice stands.
+/// `-mprefer-vector-width=256` for GCC or Clang on an x86-64 CPU with AVX2 (and FMA, as the
+/// packed GEMM checks) but not AVX-512F, else nothing. For the first AMD Zen cores
+/// (`-march=native` there is znver1/znver2), GCC prefers 128-bit vectors, since those cores
+/// split each 256-bit operation in two; a loop bound by its count of operations, not by
+/// memory, then takes twice the instructions per element. bert-base's GELU epilogue (the
+/// prelude's erfc) is such a loop: on a Zen 1 VM its FFN1 step went 9.6-9.8 -> 8.5-8.8 ms a
+/// layer with 256-bit vectors, resnet50 unchanged (`kiln bench --profile`, alternated with and
+/// without). On an AVX-512 CPU the compiler's own choice stands.
 pub fn vector_flags(version_text: &str, avx2: bool, avx512f: bool) -> Vec<String> {
     let known = version_text.contains("Free Software Foundation") || version_text.contains("clang");
     if cfg!(target_arch = "x86_64") && known && avx2 && !avx512f {
@@ -61,14 +61,6 @@ pub fn vector_flags(version_text: &str, avx2: bool, avx512f: bool) -> Vec<String
     } else {
         Vec::new()
     }
-}
-
-/// Whether this CPU has AVX2 and AVX-512F, for [`vector_flags`].
-fn cpu_vector_features() -> (bool, bool) {
-    #[cfg(target_arch = "x86_64")]
-    return (std::arch::is_x86_feature_detected!("avx2"), std::arch::is_x86_feature_detected!("avx512f"));
-    #[cfg(not(target_arch = "x86_64"))]
-    return (false, false);
 }
 
 /// GCC's link-time optimisation in parallel partitions for a compiler whose `--version` says
@@ -130,8 +122,8 @@ impl Toolchain {
         let version = text.lines().next().unwrap_or("").trim().to_string();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let parallel = parallel_flags(&text, threads);
-        let (avx2, avx512f) = cpu_vector_features();
-        let vector = vector_flags(&text, avx2, avx512f);
+        // The packed GEMM's own CPU checks (AVX2 with FMA; AVX-512F).
+        let vector = vector_flags(&text, crate::gemm::supported(), crate::gemm::avx512f());
         Ok(Toolchain { cc, version, parallel, vector })
     }
 

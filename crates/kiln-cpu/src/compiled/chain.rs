@@ -35,11 +35,10 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
     });
     // Maps of any size, though on small ones the chain costs time: split by pixels for the
     // chain, each thread streams all of the weights, where a GEMM with fewer pixels than
-    // output channels splits by channels and each reads its share; and a 7x7 image's 49
-    // pixels (7 vectors of 8) split no better than 4 to 3. Chained, resnet50's 14x14 and 7x7
-    // convs took about 1 ms longer (layer 3 +0.7-0.9, layer 4 +0.1-0.3; Zen 1, 2 threads,
-    // alternated), 1-2% of its ~110: the price of its 46 launches becoming 35 (kiln's target:
-    // 80% fewer than eager's 177). `KILN_CPU_CHAIN=0` measures it.
+    // output channels splits by channels and each reads its share. Chained, resnet50's two 7x7
+    // groups took +0.9 and +1.2 ms, the 14x14 ones +0.05-0.35 ms each (Zen 1, 2 threads, 3
+    // alternated rounds), the whole run 3-5%: the price of its 55 launches becoming 35 (kiln's
+    // target: 80% fewer than eager's 177). `KILN_CPU_CHAIN=0` measures it.
     // Buffers stand for their memory here: the memory plan keeps a chain's buffers apart.
     let written = |steps: &[&StepKind]| -> Vec<Range<usize>> { steps.iter().flat_map(|s| step_writes(s)).map(span).collect() };
     on && f32s

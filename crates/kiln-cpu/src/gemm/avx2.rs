@@ -72,15 +72,15 @@ pub(super) unsafe fn block(
 }
 
 /// Row tiles `tiles`, columns `cols` of `c = a @ b` for a packed `a` (see
-/// [`super::gemm_a`]); `cols` starts on a vector of 8 columns, maybe half way through a
-/// panel of 16, whose first half is then read but not stored; `wide` as for [`block`]; `then.block` called on each tile's rows of a
-/// block of panels after its last pass over the depth, `then.swept` on the block's columns
-/// after its last tile when `tiles` are all of `a`'s. For each block of 8 panels, `b` is packed (read
-/// where it lies when it is already in panels, or when its rows are whole cache lines) as many
-/// rows at a time as fit [`B_BLOCK_BYTES`] of L2, and each tile
-/// of `a` then runs all of that block's depth before the next tile starts: the tile's 6 x 256
-/// slice of `a` stays in L1 while it meets the block's panels, and its rows of `c` stay in L1
-/// between depth passes. (Sweeping every tile per 256 rows of `b` sent `c` through memory
+/// [`super::gemm_a`]); `cols` starts on a vector of 8 columns, maybe half way through a panel
+/// of 16, whose first half is then read but not stored; `wide` as for [`block`]; `then.block`
+/// called on each tile's rows of a block of panels after its last pass over the depth,
+/// `then.swept` on the block's columns after its last tile when `tiles` are all of `a`'s. For
+/// each block of 8 panels, `b` is packed (read where it lies when it is already in panels, or
+/// when its rows are whole cache lines) as many rows at a time as fit [`B_BLOCK_BYTES`] of L2,
+/// and each tile of `a` then runs all of that block's depth before the next tile starts: the
+/// tile's 6 x 256 slice of `a` stays in L1 while it meets the block's panels, and its rows of
+/// `c` stay in L1 between depth passes. (Sweeping every tile per 256 rows of `b` sent `c` through memory
 /// once a pass when it outgrew L2: a 1x1 512->2048 conv on a 7x7 image, whose `c` is 400 KB,
 /// ran at 60% of the speed of the 2048->512 one, whose `c` is 100 KB.)
 ///

@@ -73,7 +73,7 @@ fn intel_avx512() -> bool {
 }
 
 /// True when this CPU has AVX-512F.
-fn avx512f() -> bool {
+pub(crate) fn avx512f() -> bool {
     #[cfg(target_arch = "x86_64")]
     let yes = std::arch::is_x86_feature_detected!("avx512f");
     #[cfg(not(target_arch = "x86_64"))]
