@@ -10,7 +10,10 @@
 # line per (model, runner) to target/peers/results.jsonl and prints a Markdown table.
 #
 # Environment: THREADS (default: nproc), ITERS (20), WARMUP (3), MODELS ("resnet50 bert-base"),
-# RUNNERS (all of the above; a subset by name). The first run creates .venv-bench and installs
+# RUNNERS (all of the above; a subset by name), ROUNDS (1): how many times every runner runs,
+# the runners taking turns round by round, so that a stall of a shared VM lands on one round of
+# one runner rather than on all of a runner's runs; median_ms is then the median of the rounds'
+# medians, and each round's median is listed. The first run creates .venv-bench and installs
 # torch, torchvision, transformers, onnxruntime and onnx from PyPI (a large download).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +21,7 @@ cd "$(dirname "$0")/.."
 ALL_RUNNERS="kiln-eager kiln-default torch-eager torch-compile ort"
 THREADS=${THREADS:-$(nproc)}
 ITERS=${ITERS:-20}
+ROUNDS=${ROUNDS:-1}
 WARMUP=${WARMUP:-3}
 read -r -a MODELS <<< "${MODELS:-resnet50 bert-base}"
 read -r -a RUNNERS <<< "${RUNNERS:-$ALL_RUNNERS}"
@@ -30,7 +34,7 @@ for r in "${RUNNERS[@]}"; do
         *) echo "error: unknown runner '$r' in RUNNERS (known: $ALL_RUNNERS)" >&2; exit 2 ;;
     esac
 done
-for v in THREADS ITERS; do
+for v in THREADS ITERS ROUNDS; do
     if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then echo "error: $v must be a whole number >= 1, got '${!v}'" >&2; exit 2; fi
 done
 if ! [[ $WARMUP =~ ^[0-9]+$ ]]; then echo "error: WARMUP must be a whole number >= 0, got '$WARMUP'" >&2; exit 2; fi
@@ -75,30 +79,43 @@ run_one() {
 
 failed=0
 for model in "${MODELS[@]}"; do
-    for runner in "${RUNNERS[@]}"; do
-        echo "$runner $model (threads $THREADS, iters $ITERS, warmup $WARMUP)..." >&2
-        log="$PEERS/logs/$model.$runner.log"
-        # A failing runner is reported and skipped, so one missing peer does not lose the others.
-        if run_one "$runner" "$model" > "$work/$model.$runner.json" 2> "$log"; then
-            printf '%s\n' "$runner" > "$work/$model.$runner.runner"
-        else
-            echo "  $runner $model failed (exit $?); see $log" >&2
-            failed=1
-        fi
+    for round in $(seq "$ROUNDS"); do
+        for runner in "${RUNNERS[@]}"; do
+            echo "$runner $model round $round/$ROUNDS (threads $THREADS, iters $ITERS, warmup $WARMUP)..." >&2
+            log="$PEERS/logs/$model.$runner.log"
+            # A failing run is reported and skipped, so one missing peer does not lose the others.
+            if run_one "$runner" "$model" > "$work/$model.$runner.$round.json" 2> "$log"; then
+                printf '%s\n' "$runner" > "$work/$model.$runner.$round.runner"
+            else
+                echo "  $runner $model failed (exit $?); see $log" >&2
+                failed=1
+            fi
+        done
     done
 done
 
-"$VENV/bin/python" - "$work" "$PEERS/results.jsonl" "${MODELS[*]}" "${RUNNERS[*]}" <<'PY'
-import json, os, sys
+"$VENV/bin/python" - "$work" "$PEERS/results.jsonl" "${MODELS[*]}" "${RUNNERS[*]}" "$ROUNDS" <<'PY'
+import json, os, statistics, sys
 
 work, out_path, models, runners = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
+rounds = int(sys.argv[5])
 
-def load(model, runner):
-    path = os.path.join(work, f"{model}.{runner}.json")
-    if not os.path.isfile(os.path.join(work, f"{model}.{runner}.runner")):
+def load_round(model, runner, r):
+    path = os.path.join(work, f"{model}.{runner}.{r}.json")
+    if not os.path.isfile(os.path.join(work, f"{model}.{runner}.{r}.runner")):
         return None
     lines = [l for l in open(path) if l.strip()]
-    return dict(json.loads(lines[-1]), runner=runner) if lines else None
+    return json.loads(lines[-1]) if lines else None
+
+def load(model, runner):
+    # The runs that succeeded; median_ms becomes the median of their medians (the middle
+    # round's record keeps its other fields), with every round's median beside it.
+    recs = [rec for r in range(1, rounds + 1) if (rec := load_round(model, runner, r)) is not None]
+    if not recs:
+        return None
+    medians = [rec["median_ms"] for rec in recs]
+    mid = sorted(recs, key=lambda rec: rec["median_ms"])[(len(recs) - 1) // 2]
+    return dict(mid, runner=runner, median_ms=statistics.median(medians), round_medians_ms=medians)
 
 def fmt(v, digits):
     return "-" if v is None else f"{v:.{digits}f}"
@@ -111,7 +128,7 @@ with open(out_path, "w") as out:
         for runner in runners:
             rec = recs[runner]
             if rec is None:
-                rows.append(f"| {model} | {runner} | failed | | | | | | |")
+                rows.append(f"| {model} | {runner} | failed | | | | | | | |")
                 continue
             if base is not None:
                 rec["vs_kiln_default"] = rec["median_ms"] / base["median_ms"]
@@ -122,17 +139,19 @@ with open(out_path, "w") as out:
             rows.append(
                 f"| {model} | {runner} | {fmt(rec['median_ms'], 2)} | {fmt(rec['p10_ms'], 2)} "
                 f"| {fmt(rec['p90_ms'], 2)} | {fmt(rec.get('compile_s'), 2)} | {fmt(rec['first_call_s'], 3)} "
-                f"| {'-' if kernels is None else kernels} | {fmt(rec.get('vs_kiln_default'), 2)} |"
+                f"| {'-' if kernels is None else kernels} | {fmt(rec.get('vs_kiln_default'), 2)} "
+                f"| {' / '.join(fmt(m, 1) for m in rec['round_medians_ms'])} |"
             )
 
-print("| model | runner | median_ms | p10_ms | p90_ms | compile_s | first_call_s | kernels | vs kiln-default |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+print("| model | runner | median_ms | p10_ms | p90_ms | compile_s | first_call_s | kernels | vs kiln-default | rounds |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
 print("\n".join(rows))
 print()
 print("compile_s: kiln-default = compile (cold cache); torch-compile = first call (compile + one forward);")
 print("ort = session creation (graph optimization). first_call_s: first run after that.")
 print("kernels: kiln = ops dispatched (eager) or launches (compiled) per forward; † = C++ kernels")
 print("inductor generated (its mkldnn/GEMM extern calls not counted). vs kiln-default = median / kiln-default's.")
+print("rounds: each round's median, in the order run; median_ms is their median, the other columns the middle round's.")
 print(f"results: {out_path}", file=sys.stderr)
 PY
 exit "$failed"
