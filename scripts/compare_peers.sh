@@ -12,8 +12,8 @@
 # Environment: THREADS (default: nproc), ITERS (20), WARMUP (3), MODELS ("resnet50 bert-base"),
 # RUNNERS (all of the above; a subset by name), ROUNDS (1): how many times every runner runs,
 # the runners taking turns round by round, so that a stall of a shared VM lands on one round of
-# one runner rather than on all of a runner's runs; median_ms is then the median of the rounds'
-# medians, and each round's median is listed. The first run creates .venv-bench and installs
+# one runner rather than on all of a runner's runs; the table then shows the round whose median
+# is the middle one (the lower of two), and each round's median. The first run creates .venv-bench and installs
 # torch, torchvision, transformers, onnxruntime and onnx from PyPI (a large download).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,7 +82,8 @@ for model in "${MODELS[@]}"; do
     for round in $(seq "$ROUNDS"); do
         for runner in "${RUNNERS[@]}"; do
             echo "$runner $model round $round/$ROUNDS (threads $THREADS, iters $ITERS, warmup $WARMUP)..." >&2
-            log="$PEERS/logs/$model.$runner.log"
+            # One log a round, so a later round does not overwrite the one a failure points to.
+            log="$PEERS/logs/$model.$runner.$round.log"
             # A failing run is reported and skipped, so one missing peer does not lose the others.
             if run_one "$runner" "$model" > "$work/$model.$runner.$round.json" 2> "$log"; then
                 printf '%s\n' "$runner" > "$work/$model.$runner.$round.runner"
@@ -95,7 +96,7 @@ for model in "${MODELS[@]}"; do
 done
 
 "$VENV/bin/python" - "$work" "$PEERS/results.jsonl" "${MODELS[*]}" "${RUNNERS[*]}" "$ROUNDS" <<'PY'
-import json, os, statistics, sys
+import json, os, sys
 
 work, out_path, models, runners = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
 rounds = int(sys.argv[5])
@@ -108,14 +109,14 @@ def load_round(model, runner, r):
     return json.loads(lines[-1]) if lines else None
 
 def load(model, runner):
-    # The runs that succeeded; median_ms becomes the median of their medians (the middle
-    # round's record keeps its other fields), with every round's median beside it.
+    # The record of the runs that succeeded whose median is the middle one (the lower middle
+    # of an even count, so that its p10 and p90 stay around its median), with every round's
+    # median beside it.
     recs = [rec for r in range(1, rounds + 1) if (rec := load_round(model, runner, r)) is not None]
     if not recs:
         return None
-    medians = [rec["median_ms"] for rec in recs]
     mid = sorted(recs, key=lambda rec: rec["median_ms"])[(len(recs) - 1) // 2]
-    return dict(mid, runner=runner, median_ms=statistics.median(medians), round_medians_ms=medians)
+    return dict(mid, runner=runner, round_medians_ms=[rec["median_ms"] for rec in recs])
 
 def fmt(v, digits):
     return "-" if v is None else f"{v:.{digits}f}"
@@ -151,7 +152,7 @@ print("compile_s: kiln-default = compile (cold cache); torch-compile = first cal
 print("ort = session creation (graph optimization). first_call_s: first run after that.")
 print("kernels: kiln = ops dispatched (eager) or launches (compiled) per forward; † = C++ kernels")
 print("inductor generated (its mkldnn/GEMM extern calls not counted). vs kiln-default = median / kiln-default's.")
-print("rounds: each round's median, in the order run; median_ms is their median, the other columns the middle round's.")
+print("rounds: each round's median, in the order run; the other columns are the middle round's (the lower of two).")
 print(f"results: {out_path}", file=sys.stderr)
 PY
 exit "$failed"
