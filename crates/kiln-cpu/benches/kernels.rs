@@ -123,6 +123,44 @@ fn main() {
         }
     }
 
+    // One level of Strassen's algorithm (weights packed once as its seven sums) against the
+    // plain packed GEMM on bert-base's products, alternated.
+    if kiln_cpu::gemm::supported() {
+        let shapes: [(&str, usize, usize, usize); 5] = [
+            ("strassen bert qkv [128,768]x[768,2304]", 128, 768, 2304),
+            ("strassen bert ffn1 [128,768]x[768,3072]", 128, 768, 3072),
+            ("strassen bert ffn2 [128,3072]x[3072,768]", 128, 3072, 768),
+            ("strassen bert out [128,768]x[768,768]", 128, 768, 768),
+            ("strassen odd rows [127,768]x[768,3072]", 127, 768, 3072),
+        ];
+        for (name, m, k, n) in shapes {
+            if !wanted(name) {
+                continue;
+            }
+            let (a, b) = (tensor(&[m, k], 1), tensor(&[k, n], 2));
+            let (av, bv) = (a.to_vec::<f32>().expect("f32"), b.to_vec::<f32>().expect("f32"));
+            let plain = kiln_cpu::gemm::PackedB::from_rows(k, n, &bv).expect("sizes fit");
+            // SAFETY: b is a dense [k, n] matrix.
+            let split = unsafe { kiln_cpu::gemm::strassen::StrassenB::pack(k, n, bv.as_ptr(), n as isize, 1) }.expect("even dims");
+            let (mut c, mut d) = (vec![0.0f32; m * n], vec![0.0f32; m * n]);
+            // On a worker of the pool with the others spinning, as a compiled model's steps run
+            // (`par::run_awake`): called from outside, each of Strassen's eight hand-offs of work
+            // woke the other thread (the plain product has one), which made it look slower.
+            let awake = |f: &mut (dyn FnMut() + Send)| rayon::scope(|_| kiln_cpu::par::run_awake(f));
+            let (ours, fast) = alternated_medians(
+                31,
+                // SAFETY: a is [m, k], c and d [m, n], all dense.
+                || awake(&mut || unsafe { kiln_cpu::gemm::gemm(m, av.as_ptr(), k, &plain, c.as_mut_ptr(), n) }),
+                || awake(&mut || assert!(unsafe { kiln_cpu::gemm::strassen::gemm(m, av.as_ptr(), k, &split, d.as_mut_ptr(), n) })),
+            );
+            let flops = 2.0 * (m * k * n) as f64;
+            report(name, flops, ours);
+            report("  (strassen, same shapes)", flops, fast);
+            let diff = c.iter().zip(&d).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            println!("  largest difference {diff:e}, ratio {:.3}", fast / ours);
+        }
+    }
+
     // kiln's GEMM with the left side (a conv's weights [O, C]) packed once and the right side
     // (an image [C, H*W]) packed per call, against the gemm crate on the same operands:
     // resnet50's 1x1 convs.

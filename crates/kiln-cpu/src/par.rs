@@ -28,7 +28,7 @@ const CLOSED: usize = 1 << (usize::BITS - 1);
 /// Meant for a worker of the pool (elsewhere, or in a pool of one, it just runs `body`).
 /// Deadlock-free because a spinner only joins before `body` starts: it cannot sit inside one
 /// of the body's own tasks and hold it up.
-pub(crate) fn run_awake<R>(body: impl FnOnce() -> R) -> R {
+pub fn run_awake<R>(body: impl FnOnce() -> R) -> R {
     let others = rayon::current_num_threads().saturating_sub(1);
     if others == 0 || rayon::current_thread_index().is_none() || !spinning() {
         return body();

@@ -347,3 +347,77 @@ fn avx2_tiles_pass_too_on_an_avx512_cpu() {
     assert!(out.status.success(), "the AVX2 tiles failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("test result: ok"), "the child ran no tests:\n{text}");
 }
+
+/// Strassen's product (`gemm::strassen`) of `a` `[m, k]` at row stride `lda` by `b` `[k, n]`
+/// read through strides (`rs`, `cs`) inside a buffer of `k * n`, `c` at row stride `ldc`,
+/// against the f64 reference (see [`assert_product`]; its bound holds for one level of
+/// Strassen on values in [-1, 1), whose error is a few times the plain product's).
+fn check_strassen(m: usize, n: usize, k: usize, lda: usize, (rs, cs): (usize, usize), ldc: usize) {
+    let a = values(m.max(1) * lda, (m * 7 + k) as u64);
+    let b = values(k * n, (n * 5 + k) as u64);
+    // SAFETY: (i, j) for i < k, j < n is at i * rs + j * cs < k * n.
+    let split = unsafe { gemm::strassen::StrassenB::pack(k, n, b.as_ptr(), rs as isize, cs as isize) }.expect("even k and n");
+    assert_eq!((split.k(), split.n()), (k, n));
+    let mut c = vec![SENTINEL; m.max(1) * ldc];
+    // SAFETY: a holds m rows of lda >= k values, c m rows of ldc >= n.
+    assert!(unsafe { gemm::strassen::gemm(m, a.as_ptr(), lda, &split, c.as_mut_ptr(), ldc) });
+    assert_product(&c, ldc, (m, n, k), |i, t| a[i * lda + t], |t, j| b[t * rs + j * cs]);
+}
+
+#[test]
+fn strassen_matches_the_product_for_odd_rows_edges_strides_and_threads() {
+    if !available() {
+        return;
+    }
+    // Odd m (the bottom half one row short), halves crossing the 6-row tiles, 16-column
+    // panels and 256-deep blocks, padded strides, b dense and transposed; big enough shapes
+    // that the products split over threads.
+    for (m, n, k) in [(1, 2, 2), (2, 4, 6), (3, 34, 10), (13, 18, 4), (64, 96, 40), (127, 66, 520), (130, 512, 514)] {
+        check_strassen(m, n, k, k, (n, 1), n);
+        check_strassen(m, n, k, k + 3, (1, k), n + 5);
+    }
+}
+
+#[test]
+fn strassen_declines_an_a_with_nan_or_inf() {
+    if !available() {
+        return;
+    }
+    // Strassen's first product adds row r of `a` to row r + m/2: an infinity in one would
+    // turn the other's results to NaN. Such an `a` is left to the plain product.
+    let (m, n, k) = (8, 32, 16);
+    let b = values(k * n, 4);
+    let split = gemm::strassen::StrassenB::pack_rows(k, n, &b).expect("even k and n");
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut a = values(m * k, 3);
+        a[5 * k + 9] = bad;
+        let mut c = vec![SENTINEL; m * n];
+        // SAFETY: dense operands of the stated sizes.
+        assert!(!unsafe { gemm::strassen::gemm(m, a.as_ptr(), k, &split, c.as_mut_ptr(), n) });
+        assert!(c.iter().all(|&v| v == SENTINEL), "a declined product wrote c");
+    }
+}
+
+#[test]
+fn strassen_refuses_odd_dims_and_weights_that_are_not_finite() {
+    assert!(gemm::strassen::StrassenB::pack_rows(3, 4, &[0.5; 12]).is_none());
+    assert!(gemm::strassen::StrassenB::pack_rows(4, 3, &[0.5; 12]).is_none());
+    if !available() {
+        return;
+    }
+    let mut b = vec![0.5f32; 16];
+    assert!(gemm::strassen::StrassenB::pack_rows(4, 4, &b).is_some());
+    b[5] = f32::INFINITY;
+    assert!(gemm::strassen::StrassenB::pack_rows(4, 4, &b).is_none());
+    // Finite weights whose sums overflow.
+    let b = [f32::MAX; 16];
+    assert!(gemm::strassen::StrassenB::pack_rows(4, 4, &b).is_none());
+}
+
+#[test]
+fn strassen_is_chosen_only_where_it_pays() {
+    assert!(gemm::strassen::worth(128, 768, 3072) || std::env::var("KILN_STRASSEN").is_ok_and(|v| v == "0"));
+    assert!(!gemm::strassen::worth(128, 767, 3072));
+    assert!(!gemm::strassen::worth(8, 768, 3072));
+    assert!(!gemm::strassen::worth(128, 64, 64));
+}

@@ -1337,3 +1337,58 @@ fn wrong_inputs_are_clear_errors() {
     assert!(Executable::new(v, Arc::new(InterpKernels)).is_err());
     let _ = b;
 }
+
+#[test]
+fn matmul_extern_by_strassen_matches_the_interpreter_and_hands_nan_and_inf_to_the_plain_product() {
+    // A constant weight big enough for Strassen's product (`gemm::strassen::worth`, on a CPU
+    // with AVX2/FMA), stored [N, K] and read transposed as bert's are; an odd row count.
+    // An input with an infinity and a NaN is declined by Strassen's product and must give the
+    // interpreter's pattern of inf and NaN, each in its own row.
+    let dt = DType::F32;
+    let (m, k, n) = (129, 512, 520);
+    let w = f32s(&rnd(n * k, 41), &[n, k]);
+    let wt = w.with_layout(w.layout.permute(&[1, 0]).unwrap());
+    let mut p = program(
+        vec![
+            input(dt, m * k, 0),
+            Buffer {
+                dtype: dt,
+                numel: n * k,
+                kind: BufKind::Const(ConstId(0)),
+            },
+            temp(dt, m * n),
+        ],
+        vec![StepKind::Extern {
+            op: ExternOp::MatMul,
+            inputs: vec![
+                dense_view(0, &[m, k]),
+                BufView {
+                    buf: BufId(1),
+                    offset: 0,
+                    shape: vec![k, n],
+                    strides: vec![1, k],
+                },
+            ],
+            out: BufId(2),
+            out_shape: vec![m, n],
+            epilogue: None,
+        }],
+        vec![(2, vec![m, n])],
+    );
+    p.consts = vec![Arc::new(w.clone())];
+    let exe = Executable::new(p, Arc::new(InterpKernels)).unwrap();
+    let a = f32s(&rnd(m * k, 42), &[m, k]);
+    // Strassen's error bound is normwise: a few times the plain product's worst case (~1e-5
+    // here), not relative to each small result. A wrong sum of products is off by ~1.
+    assert_close(&exe.run(&[a.clone()]).unwrap()[0], &eval(&Op::MatMul, &[&a, &wt]).unwrap(), 1e-4);
+    let mut bad = rnd(m * k, 43);
+    bad[3 * k + 7] = f32::INFINITY;
+    bad[70 * k] = f32::NAN;
+    let bad = f32s(&bad, &[m, k]);
+    let got = exe.run(&[bad.clone()]).unwrap()[0].to_vec::<f32>().unwrap();
+    let want = eval(&Op::MatMul, &[&bad, &wt]).unwrap().to_vec::<f32>().unwrap();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let same = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4;
+        assert!(same, "element {i} (row {}): {g} vs {w}", i / n);
+    }
+}

@@ -2,7 +2,7 @@
 //! straight into the output buffer, with the epilogue run on each block of finished rows.
 
 use super::steps::Epi;
-use crate::gemm::{self, PackedB};
+use crate::gemm::PackedRhs;
 use kiln_ir::{Error, Result};
 use kiln_sched::{BufId, BufView};
 use std::sync::OnceLock;
@@ -26,7 +26,7 @@ pub(crate) fn run(
     out_shape: &[usize],
     epi: &Epi,
     block_rows: Option<usize>,
-    packed: Option<&OnceLock<PackedB>>,
+    packed: Option<&OnceLock<PackedRhs>>,
 ) -> Result<()> {
     let ctx = || {
         let shapes: Vec<&[usize]> = inputs.iter().map(|v| &v.shape[..]).collect();
@@ -127,20 +127,14 @@ pub(crate) fn run(
             unsafe {
                 let dst = po.add((bi * m + r0) * n);
                 let lhs = pa.offset(oa as isize + r0 as isize * a.strides[ra - 2] as isize);
-                match packed {
-                    Some(cell) => {
-                        let rhs = cell.get_or_init(|| {
-                            PackedB::pack(
-                                k,
-                                n,
-                                pb.add(ob),
-                                b.strides[rb - 2] as isize,
-                                b.strides[rb - 1] as isize,
-                            )
-                        });
-                        gemm::gemm(r1 - r0, lhs, a.strides[ra - 2], rhs, dst, n)
-                    }
-                    None => sgemm(
+                let packed = packed.map(|cell| {
+                    cell.get_or_init(|| {
+                        PackedRhs::pack(r1 - r0, k, n, pb.add(ob), b.strides[rb - 2] as isize, b.strides[rb - 1] as isize)
+                    })
+                });
+                // Strassen's product declines rows holding an infinity or NaN: those run here.
+                if !packed.is_some_and(|rhs| rhs.gemm(r1 - r0, lhs, a.strides[ra - 2], dst, n)) {
+                    sgemm(
                         r1 - r0,
                         n,
                         k,
@@ -152,7 +146,7 @@ pub(crate) fn run(
                         pb.add(ob),
                         b.strides[rb - 2] as isize,
                         b.strides[rb - 1] as isize,
-                    ),
+                    )
                 }
             }
             epi.rows(bi * m + r0, bi * m + r1)?;

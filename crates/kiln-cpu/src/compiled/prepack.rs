@@ -4,7 +4,7 @@
 
 use super::conv::{self, PackedWeights, WinogradWeights};
 use super::matmul;
-use crate::gemm::{self, PackedA, PackedB};
+use crate::gemm::{self, PackedA, PackedRhs};
 use kiln_sched::{BufKind, ExternOp, Program, StepKind};
 use std::sync::OnceLock;
 
@@ -15,7 +15,7 @@ pub(crate) enum Prepacked {
     /// A 3x3 conv's weights transformed for Winograd's F(4x4, 3x3) (`conv_winograd`).
     ConvWinograd(OnceLock<WinogradWeights>),
     /// A matmul's constant right-hand side for kiln's GEMM ([`crate::gemm`]).
-    MatmulRhs(OnceLock<PackedB>),
+    MatmulRhs(OnceLock<PackedRhs>),
     /// A conv's weights as the packed left-hand side of kiln's GEMM ([`crate::gemm::gemm_a`]),
     /// for the convs the conv tiles do not take (1x1, strided).
     ConvGemm(OnceLock<PackedA>),
@@ -49,7 +49,7 @@ impl Prepacked {
     }
 
     /// The cell of a matmul whose right-hand side is packed for kiln's GEMM.
-    pub(crate) fn matmul_rhs(&self) -> Option<&OnceLock<PackedB>> {
+    pub(crate) fn matmul_rhs(&self) -> Option<&OnceLock<PackedRhs>> {
         match self {
             Prepacked::MatmulRhs(c) => Some(c),
             _ => None,

@@ -1,7 +1,7 @@
 //! The AVX2 + FMA micro-kernel of [`super::gemm`]: a 6 x 16 tile of `c` in twelve
 //! registers, fed per step of `k` by two loads of a packed panel and six broadcasts from `a`.
 
-use super::{PANEL, PackedA, PackedB, ROWS, Rhs, gather_row};
+use super::{Lhs, PANEL, PackedA, PackedB, ROWS, Rhs, gather_row};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -32,8 +32,7 @@ const B_BLOCK_BYTES: usize = 192 << 10;
 pub(super) unsafe fn block(
     rows: Range<usize>,
     panels: Range<usize>,
-    a: *const f32,
-    lda: usize,
+    a: Lhs,
     b: &PackedB,
     c: *mut f32,
     ldc: usize,
@@ -46,7 +45,7 @@ pub(super) unsafe fn block(
         for k0 in (0..k).step_by(DEPTH) {
             let (depth, acc) = (DEPTH.min(k - k0), k0 > 0);
             // SAFETY: rows r0..r1 and columns k0..k0+depth are inside `a` (the caller's contract).
-            unsafe { pack_a(&mut packed, a.add(r0 * lda + k0), lda, r1 - r0, depth) };
+            unsafe { pack_a(&mut packed, a, r0..r1, k0, depth) };
             for q0 in panels.clone().step_by(SWEEP) {
                 let q1 = (q0 + SWEEP).min(panels.end);
                 for (t, i) in (r0..r1).step_by(ROWS).enumerate() {
@@ -209,19 +208,33 @@ unsafe fn pack_b(packed: &mut [f32], b: *const f32, rs: isize, cs: isize, depth:
     }
 }
 
-/// Copies `rows` rows of `depth` values of `a` into `packed` as tiles of 6 rows, each
-/// `[depth][6]` (a last short tile keeps the stride of 6).
+/// Copies rows `rows` of `a`, `depth` values from column `k0`, into `packed` as tiles of 6
+/// rows, each `[depth][6]` (a last short tile keeps the stride of 6); for a sum of two blocks
+/// (Strassen's products, see [`Lhs`]) their signed sum, a term's rows past its own count zero.
 ///
 /// # Safety
-/// `a` holds `rows` rows of `depth` values `lda` apart; `packed` has room for them.
-unsafe fn pack_a(packed: &mut [f32], a: *const f32, lda: usize, rows: usize, depth: usize) {
-    for (t, i) in (0..rows).step_by(ROWS).enumerate() {
+/// `a`'s terms hold those rows and columns; `packed` has room for them.
+unsafe fn pack_a(packed: &mut [f32], a: Lhs, rows: Range<usize>, k0: usize, depth: usize) {
+    // Row `g` of a term from column k0, if the term has that row.
+    let row = |t: super::Term, g: usize| {
+        // SAFETY: row g < t.rows of the term, columns k0..k0+depth (the caller's contract).
+        (g < t.rows).then(|| unsafe { std::slice::from_raw_parts(t.a.add(g * a.lda + k0), depth) })
+    };
+    for (t, i) in rows.clone().step_by(ROWS).enumerate() {
         let tile = &mut packed[t * ROWS * depth..(t + 1) * ROWS * depth];
-        for r in 0..ROWS.min(rows - i) {
-            // SAFETY: row i + r of the caller's block.
-            let src = unsafe { std::slice::from_raw_parts(a.add((i + r) * lda), depth) };
-            for (kk, &v) in src.iter().enumerate() {
-                tile[kk * ROWS + r] = v;
+        for r in 0..ROWS.min(rows.end - i) {
+            let g = i + r;
+            let (x, y) = (row(a.first, g), a.second.and_then(|t| row(t, g)));
+            let dst = tile.iter_mut().skip(r).step_by(ROWS);
+            match (x, y) {
+                (Some(x), None) if a.first.sign == 1.0 => dst.zip(x).for_each(|(d, &v)| *d = v),
+                (Some(x), None) => dst.zip(x).for_each(|(d, &v)| *d = a.first.sign * v),
+                (None, Some(y)) => dst.zip(y).for_each(|(d, &v)| *d = a.second.map_or(0.0, |t| t.sign) * v),
+                (Some(x), Some(y)) => {
+                    let (sx, sy) = (a.first.sign, a.second.map_or(0.0, |t| t.sign));
+                    dst.zip(x.iter().zip(y)).for_each(|(d, (&u, &v))| *d = sx * u + sy * v)
+                }
+                (None, None) => dst.take(depth).for_each(|d| *d = 0.0),
             }
         }
     }

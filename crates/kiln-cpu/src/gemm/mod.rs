@@ -27,6 +27,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod strassen;
 
 use rayon::prelude::*;
 use std::ops::Range;
@@ -103,21 +104,59 @@ impl PackedB {
     /// # Safety
     /// Every element the strides reach must be inside a live allocation.
     pub unsafe fn pack(k: usize, n: usize, ptr: *const f32, rs: isize, cs: isize) -> PackedB {
+        // SAFETY: the caller's contract.
+        unsafe { Self::pack_sum(k, n, &[(ptr, 1.0)], rs, cs) }
+    }
+
+    /// Packs the sum of `[k, n]` matrices, each `sign` (1 or -1) times the one whose element
+    /// `(i, j)` is at `ptr + i * rs + j * cs`: Strassen's sums of a matrix's quadrants.
+    ///
+    /// # Safety
+    /// As [`PackedB::pack`], for each matrix.
+    pub(crate) unsafe fn pack_sum(k: usize, n: usize, terms: &[(*const f32, f32)], rs: isize, cs: isize) -> PackedB {
+        // Fresh zeroed pages, each first touched by a write: a page first read maps the shared
+        // zero page, and the write after it faults again and flushes every core's TLB (an
+        // interrupt to each, costly in a VM: it doubled the packing time of bert's weights).
         let mut data = vec![0.0f32; n.div_ceil(PANEL) * k * PANEL];
         if k == 0 {
             return PackedB { k, n, data };
         }
-        let src = ptr as usize;
+        let terms: Vec<(usize, f32)> = terms.iter().map(|&(p, sign)| (p as usize, sign)).collect();
         // Panels are independent; a big weight (bert's 768 x 3072) packs in parallel.
         data.par_chunks_exact_mut(k * PANEL)
             .enumerate()
             .with_min_len((1 << 16) / (k * PANEL) + 1)
             .for_each(|(p, panel)| {
-                let (ptr, j0) = (src as *const f32, p * PANEL);
+                let j0 = p * PANEL;
                 let cols = PANEL.min(n - j0);
+                let at = |src: usize, i: usize| (src as *const f32).wrapping_offset(i as isize * rs + j0 as isize * cs);
+                if rs.unsigned_abs() < cs.unsigned_abs() {
+                    // Columns lie along memory (a weight stored [n, k], as PyTorch's Linear
+                    // stores it): read each down its rows. Row by row, the 16 columns' reads
+                    // took ~5 ns an element (bert-base's weights: 0.4 s of its first run).
+                    for j in 0..cols {
+                        for (t, &(src, sign)) in terms.iter().enumerate() {
+                            let col = at(src, 0).wrapping_offset(j as isize * cs);
+                            for (i, row) in panel.chunks_exact_mut(PANEL).enumerate() {
+                                // SAFETY: (i, j0 + j) is inside the caller's matrices.
+                                let x = sign * unsafe { *col.offset(i as isize * rs) };
+                                row[j] = if t == 0 { x } else { row[j] + x };
+                            }
+                        }
+                    }
+                    return;
+                }
                 for (i, row) in panel.chunks_exact_mut(PANEL).enumerate() {
-                    // SAFETY: (i, j0 + j) for j < cols is inside the caller's matrix.
-                    unsafe { gather_row(&mut row[..cols], ptr.offset(i as isize * rs + j0 as isize * cs), cs) };
+                    let mut sum = [0.0f32; PANEL];
+                    for (t, &(src, sign)) in terms.iter().enumerate() {
+                        // SAFETY: (i, j0 + j) for j < cols is inside the caller's matrices.
+                        unsafe { gather_row(&mut sum[..cols], at(src, i), cs) };
+                        let row = &mut row[..cols];
+                        match t {
+                            0 => row.iter_mut().zip(&sum).for_each(|(v, &x)| *v = sign * x),
+                            _ => row.iter_mut().zip(&sum).for_each(|(v, &x)| *v += sign * x),
+                        }
+                    }
                 }
             });
         PackedB { k, n, data }
@@ -142,6 +181,56 @@ impl PackedB {
     fn panels(&self) -> usize {
         self.n.div_ceil(PANEL)
     }
+
+    /// The packed values, padding included.
+    pub(crate) fn values(&self) -> &[f32] {
+        &self.data
+    }
+}
+
+/// A constant right-hand side packed once for kiln's GEMM: as [`PackedB`], or as the sums of
+/// its quadrants that Strassen's algorithm multiplies where [`strassen::worth`] says it pays.
+pub enum PackedRhs {
+    /// Panels of 16 columns, for [`gemm`].
+    Plain(PackedB),
+    /// Strassen's seven sums, for [`strassen::gemm`].
+    Strassen(strassen::StrassenB),
+}
+
+impl PackedRhs {
+    /// Packs the `[k, n]` matrix whose element `(i, j)` is at `ptr + i * rs + j * cs` for
+    /// products by `m` rows at a time.
+    ///
+    /// # Safety
+    /// Every element the strides reach must be inside a live allocation.
+    pub unsafe fn pack(m: usize, k: usize, n: usize, ptr: *const f32, rs: isize, cs: isize) -> PackedRhs {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match strassen::worth(m, k, n).then(|| strassen::StrassenB::pack(k, n, ptr, rs, cs)).flatten() {
+                Some(b) => PackedRhs::Strassen(b),
+                None => PackedRhs::Plain(PackedB::pack(k, n, ptr, rs, cs)),
+            }
+        }
+    }
+
+    /// `c[m, n] = a[m, k] @ self`, as [`gemm`]; false, with nothing written, where Strassen's
+    /// product declines an `a` (see [`strassen::gemm`]) and the caller must run the plain one.
+    ///
+    /// # Safety
+    /// As [`gemm`].
+    #[must_use]
+    pub unsafe fn gemm(&self, m: usize, a: *const f32, lda: usize, c: *mut f32, ldc: usize) -> bool {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                PackedRhs::Plain(b) => {
+                    gemm(m, a, lda, b, c, ldc);
+                    true
+                }
+                PackedRhs::Strassen(b) => strassen::gemm(m, a, lda, b, c, ldc),
+            }
+        }
+    }
 }
 
 /// `c[m, n] = a[m, k] @ b` (row strides `lda`, `ldc`; unit column strides), split over the
@@ -152,6 +241,42 @@ impl PackedB {
 /// `a` must hold `m` rows of `b.k()` values and `c` `m` rows of `b.n()` values at the given
 /// strides; `c` must not overlap `a`.
 pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &PackedB, c: *mut f32, ldc: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { gemm_lhs(m, Lhs::rows(a, lda, m), b, c, ldc) }
+}
+
+/// One block of rows of a left-hand side, times `sign` (see [`Lhs`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Term {
+    /// The block's first row.
+    pub(crate) a: *const f32,
+    /// 1 or -1: exact, so a product of a sum is as exact as the sum.
+    pub(crate) sign: f32,
+    /// Rows the block has; those past them read as zeros (an odd row count split in halves).
+    pub(crate) rows: usize,
+}
+
+/// The left-hand side of a [`gemm`]: rows `lda` apart, of one block or, for Strassen's products
+/// (see `strassen.rs`), the signed sum of two blocks of one matrix, summed as it is packed.
+#[derive(Clone, Copy)]
+pub(crate) struct Lhs {
+    pub(crate) lda: usize,
+    pub(crate) first: Term,
+    pub(crate) second: Option<Term>,
+}
+
+impl Lhs {
+    /// `rows` rows at `a`, `lda` apart.
+    pub(crate) fn rows(a: *const f32, lda: usize, rows: usize) -> Lhs {
+        Lhs { lda, first: Term { a, sign: 1.0, rows }, second: None }
+    }
+}
+
+/// [`gemm`] of an [`Lhs`].
+///
+/// # Safety
+/// As [`gemm`], for each of `a`'s terms (its own rows).
+pub(crate) unsafe fn gemm_lhs(m: usize, a: Lhs, b: &PackedB, c: *mut f32, ldc: usize) {
     assert!(supported(), "kiln_cpu::gemm needs AVX2 and FMA");
     let (n, panels) = (b.n, b.panels());
     if m == 0 || n == 0 {
@@ -162,7 +287,7 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &PackedB, c: *mut f32
         unsafe { zero_rows(m, n, c, ldc) };
         return;
     }
-    let job = Job { a, lda, b, c, ldc };
+    let job = Job { a, b, c, ldc };
     let threads = rayon::current_num_threads();
     if threads < 2 || m * n * b.k < PAR_WORK {
         job.run(0..m, 0..panels);
@@ -452,8 +577,7 @@ impl JobA<'_> {
 
 /// The operands of one [`gemm`] call, shared by its threads.
 struct Job<'a> {
-    a: *const f32,
-    lda: usize,
+    a: Lhs,
     b: &'a PackedB,
     c: *mut f32,
     ldc: usize,
@@ -468,7 +592,7 @@ impl Job<'_> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `gemm`'s caller vouched for the operands; `gemm` checked the CPU.
         unsafe {
-            avx2::block(rows, panels, self.a, self.lda, self.b, self.c, self.ldc, wide())
+            avx2::block(rows, panels, self.a, self.b, self.c, self.ldc, wide())
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (rows, panels);
