@@ -33,14 +33,16 @@ pub fn explain(args: &ExplainArgs) -> CliResult<()> {
     let compiled = compile_setup::compile(&m, mode, kiln::Device::Cpu)?;
     let report = compiled.report();
     print!("{report}");
-    print_algorithms(&compiled.packed_algorithms());
     if args.code {
         match &report.source {
             Some(src) => println!("\n== generated C ==\n{src}"),
             None => println!("\n(no generated code: the model runs eagerly)"),
         }
     }
-    check_outputs(&compiled, &m, 1e-3)
+    let checked = check_outputs(&compiled, &m, 1e-3);
+    // After the run: a matmul's weights are packed, for Strassen's product or not, on its first.
+    print_algorithms(&compiled.packed_algorithms());
+    checked
 }
 
 /// The CPU externs' algorithms, one line each with the steps that use it.

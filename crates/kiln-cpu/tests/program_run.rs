@@ -1381,6 +1381,9 @@ fn matmul_extern_by_strassen_matches_the_interpreter_and_hands_nan_and_inf_to_th
     // Strassen's error bound is normwise: a few times the plain product's worst case (~1e-5
     // here), not relative to each small result. A wrong sum of products is off by ~1.
     assert_close(&exe.run(&[a.clone()]).unwrap()[0], &eval(&Op::MatMul, &[&a, &wt]).unwrap(), 1e-4);
+    if kiln_cpu::gemm::available() && std::env::var("KILN_STRASSEN").map_or(true, |v| v != "0") {
+        assert_eq!(exe.packed_algorithms(), [Some("matmul strassen")]);
+    }
     let mut bad = rnd(m * k, 43);
     bad[3 * k + 7] = f32::INFINITY;
     bad[70 * k] = f32::NAN;

@@ -22,12 +22,16 @@ pub(crate) enum Prepacked {
 }
 
 impl Prepacked {
-    /// The algorithm this cell serves, as [`super::Executable::packed_algorithms`] names it.
+    /// The algorithm this cell serves, as [`super::Executable::packed_algorithms`] names it (a
+    /// matmul's weights are packed for Strassen's product or the plain one on its first run).
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Prepacked::ConvTiles(_) => "conv tiles",
             Prepacked::ConvWinograd(_) => "conv winograd",
-            Prepacked::MatmulRhs(_) => "matmul packed gemm",
+            Prepacked::MatmulRhs(c) => match c.get() {
+                Some(PackedRhs::Strassen(_)) => "matmul strassen",
+                _ => "matmul packed gemm",
+            },
             Prepacked::ConvGemm(_) => "conv packed gemm",
         }
     }

@@ -94,9 +94,9 @@ impl Compiled {
     }
 
     /// How each CPU extern step with a constant packed for it runs, as (step, algorithm):
-    /// "conv winograd", "conv tiles", "conv packed gemm", "matmul packed gemm" (see
-    /// [`Executable::packed_algorithms`]); the other externs use the `gemm` crate. Empty on
-    /// the GPU and in eager mode.
+    /// "conv winograd", "conv tiles", "conv packed gemm", "matmul packed gemm", or after a
+    /// first run "matmul strassen" (see [`Executable::packed_algorithms`]); the other externs
+    /// use the `gemm` crate. Empty on the GPU and in eager mode.
     pub fn packed_algorithms(&self) -> Vec<(usize, &'static str)> {
         match &self.runner {
             Runner::Program(exe) => {
