@@ -187,9 +187,10 @@ fn main() {
             let mut c = vec![0.0f32; m * n];
             let (ours, crate_) = alternated_medians(
                 21,
-                // On a worker of the pool, as compiled steps run (see `Executable::run_with`).
+                // On a worker of the pool with the others spinning, as compiled steps run (see
+                // `par::run_awake`; without it each call paid for waking the other thread).
                 // SAFETY: b is [k, n] and c [m, n], both dense.
-                || rayon::scope(|_| unsafe { kiln_cpu::gemm::gemm_a(&packed, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) }),
+                || rayon::scope(|_| kiln_cpu::par::run_awake(|| unsafe { kiln_cpu::gemm::gemm_a(&packed, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) })),
                 || drop(eval(&Op::MatMul, &[&a, &b]).expect("bench op runs")),
             );
             let flops = 2.0 * (m * k * n) as f64;
@@ -208,7 +209,7 @@ fn main() {
                     next += 1;
                     let w = &copies[next % copies.len()];
                     // SAFETY: as above.
-                    rayon::scope(|_| unsafe { kiln_cpu::gemm::gemm_a(w, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) })
+                    rayon::scope(|_| kiln_cpu::par::run_awake(|| unsafe { kiln_cpu::gemm::gemm_a(w, n, bv.as_ptr(), n as isize, 1, c.as_mut_ptr(), n) }))
                 },
                 || {},
             );
