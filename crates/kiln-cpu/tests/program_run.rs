@@ -59,6 +59,17 @@ fn layout_strides(shape: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// Buffer 1, a constant weight stored `[n, k]` (a Linear's), read as the `[k, n]` right-hand
+/// side of a matmul.
+fn transposed_weight(k: usize, n: usize) -> BufView {
+    BufView {
+        buf: BufId(1),
+        offset: 0,
+        shape: vec![k, n],
+        strides: vec![1, k],
+    }
+}
+
 fn step(kind: StepKind) -> Step {
     Step {
         kind,
@@ -839,12 +850,7 @@ fn matmul_extern_with_a_constant_b_packs_it_once_and_stays_correct() {
                 op: ExternOp::MatMul,
                 inputs: vec![
                     a_view,
-                    BufView {
-                        buf: BufId(1),
-                        offset: 0,
-                        shape: vec![k, n],
-                        strides: vec![1, k],
-                    },
+                    transposed_weight(k, n),
                 ],
                 out: BufId(2),
                 out_shape: vec![2, m, n],
@@ -1362,12 +1368,7 @@ fn matmul_extern_by_strassen_matches_the_interpreter_and_hands_nan_and_inf_to_th
             op: ExternOp::MatMul,
             inputs: vec![
                 dense_view(0, &[m, k]),
-                BufView {
-                    buf: BufId(1),
-                    offset: 0,
-                    shape: vec![k, n],
-                    strides: vec![1, k],
-                },
+                transposed_weight(k, n),
             ],
             out: BufId(2),
             out_shape: vec![m, n],

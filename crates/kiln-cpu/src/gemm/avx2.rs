@@ -224,16 +224,14 @@ unsafe fn pack_a(packed: &mut [f32], a: Lhs, rows: Range<usize>, k0: usize, dept
         let tile = &mut packed[t * ROWS * depth..(t + 1) * ROWS * depth];
         for r in 0..ROWS.min(rows.end - i) {
             let g = i + r;
-            let (x, y) = (row(a.first, g), a.second.and_then(|t| row(t, g)));
+            let sx = a.first.sign;
+            let (x, y) = (row(a.first, g), a.second.and_then(|t| Some((t.sign, row(t, g)?))));
             let dst = tile.iter_mut().skip(r).step_by(ROWS);
             match (x, y) {
-                (Some(x), None) if a.first.sign == 1.0 => dst.zip(x).for_each(|(d, &v)| *d = v),
-                (Some(x), None) => dst.zip(x).for_each(|(d, &v)| *d = a.first.sign * v),
-                (None, Some(y)) => dst.zip(y).for_each(|(d, &v)| *d = a.second.map_or(0.0, |t| t.sign) * v),
-                (Some(x), Some(y)) => {
-                    let (sx, sy) = (a.first.sign, a.second.map_or(0.0, |t| t.sign));
-                    dst.zip(x.iter().zip(y)).for_each(|(d, (&u, &v))| *d = sx * u + sy * v)
-                }
+                (Some(x), None) if sx == 1.0 => dst.zip(x).for_each(|(d, &v)| *d = v),
+                (Some(x), None) => dst.zip(x).for_each(|(d, &v)| *d = sx * v),
+                (None, Some((sy, y))) => dst.zip(y).for_each(|(d, &v)| *d = sy * v),
+                (Some(x), Some((sy, y))) => dst.zip(x.iter().zip(y)).for_each(|(d, (&u, &v))| *d = sx * u + sy * v),
                 (None, None) => dst.take(depth).for_each(|d| *d = 0.0),
             }
         }
