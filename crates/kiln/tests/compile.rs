@@ -373,8 +373,9 @@ fn check_both_ways(
 /// both), on each range of pixels as soon as the first conv has finished every channel of
 /// them: against the reference interpreter, with the first conv read in place or through
 /// im2col (stride 2), pixels in several sweeps and threads with a narrow last panel, rows of
-/// pixels that are not whole cache lines, two images, and the second conv's epilogue reading
-/// the first one's output as its residual. Both run with the interpreted kernels too, which
+/// pixels that are not whole cache lines, two images, the second conv's epilogue reading
+/// the first one's output as its residual, and 7x7 maps of fewer pixels than channels (where
+/// the pair runs one conv after the other, each split by channels). Both run with the interpreted kernels too, which
 /// have no column-block epilogues and so run the pair one after the other.
 #[test]
 fn one_by_one_convs_run_inside_the_conv_before_them() {
@@ -425,7 +426,8 @@ fn one_by_one_convs_run_inside_the_conv_before_them() {
 /// whose epilogue adds the downsample as its residual, then a 1x1 conv of that sum. All three
 /// run as one launch, the later two on each range of pixels as the first finishes it (the
 /// scheduler puts either of the first two first); against the reference interpreter, with
-/// two images, and with a map whose rows are not whole cache lines.
+/// two images, with a map whose rows are not whole cache lines, and with a 7x7 map of fewer
+/// pixels than channels (where the three run one after the other, split by channels).
 #[test]
 fn a_downsample_its_residual_conv_and_the_next_conv_run_as_one_launch() {
     use kiln_ir::{BinaryOp, Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};
@@ -434,7 +436,7 @@ fn a_downsample_its_residual_conv_and_the_next_conv_run_as_one_launch() {
     }
     let dir = cache_dir("conv-chain3");
     // (images, x's channels and side, downsample stride, h's channels, block channels, next's)
-    for (n, cx, hw, stride, ch, o, o2) in [(1, 24, 21, 1, 16, 48, 16), (2, 32, 20, 1, 8, 40, 24)] {
+    for (n, cx, hw, stride, ch, o, o2) in [(1, 24, 21, 1, 16, 48, 16), (2, 32, 20, 1, 8, 40, 24), (2, 40, 7, 1, 24, 72, 56)] {
         let attrs = |stride| Conv2dAttrs { stride: [stride; 2], padding: [0; 4], dilation: [1, 1], groups: 1, channels_last: false };
         let side = hw / stride;
         let mut g = Graph::new();

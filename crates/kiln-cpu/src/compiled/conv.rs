@@ -264,18 +264,23 @@ pub(crate) fn run(
                 let finish = Finish { out: out as usize, p, bias, epi, row0: img * g.o };
                 let done = |rows: Range<usize>, cols: Range<usize>| finish.block(rows, cols, &failed);
                 let swept = |cols: Range<usize>| then.iter().for_each(|c| c.run(img, cols.clone(), &failed));
-                let then = gemm::Then { block: Some(&done), swept: (!then.is_empty()).then_some(&swept as gemm::Swept) };
+                let by_channels = chain_by_channels(p, g.o);
+                let chained = (!then.is_empty() && !by_channels).then_some(&swept as gemm::Swept);
+                let gemm_then = gemm::Then { block: Some(&done), swept: chained };
                 // SAFETY: as for the GEMM below; `done` and the chained conv write only the
                 // block and the pixels they are given.
                 unsafe {
                     match direct_input(&g, x) {
-                        Some(cs) => gemm::gemm_a_then(wa, p, px.add(x_off), x.strides[1] as isize, cs as isize, out, p, then),
+                        Some(cs) => gemm::gemm_a_then(wa, p, px.add(x_off), x.strides[1] as isize, cs as isize, out, p, gemm_then),
                         None => {
                             im2col_panels(&g, x, px, x_off, scratch);
-                            gemm::gemm_a_panels_then(wa, p, scratch.as_ptr(), out, p, then)
+                            gemm::gemm_a_panels_then(wa, p, scratch.as_ptr(), out, p, gemm_then)
                         }
                     }
                 };
+                if by_channels {
+                    then.iter().for_each(|c| c.run_split(img, &failed));
+                }
                 if let Some(e) = failed.into_inner().ok().flatten() {
                     return Err(e);
                 }
@@ -379,6 +384,20 @@ pub(crate) fn run(
     Ok(())
 }
 
+/// True when a chain on a map of `pixels` pixels led by a conv of `channels` output channels
+/// runs as whole products one after the other, each split over threads by output channels,
+/// rather than split by pixels with each thread running the chained convs on its own pixels
+/// (`KILN_CHAIN_SPLIT=pixels` keeps the latter, for comparisons). With fewer pixels than
+/// channels, the split by pixels had every thread stream all of each conv's weights and run
+/// half-empty panels (a 7x7 map's 49 pixels went 24 and 25): resnet50's two 7x7 chains took
+/// +0.9 to +1.7 ms over their convs run apart. Their maps, the whole of which the next conv
+/// needs on every thread, fit in L2 either way.
+fn chain_by_channels(pixels: usize, channels: usize) -> bool {
+    static PIXELS: OnceLock<bool> = OnceLock::new();
+    let forced = *PIXELS.get_or_init(|| std::env::var("KILN_CHAIN_SPLIT").is_ok_and(|v| v == "pixels"));
+    !forced && pixels < channels
+}
+
 /// The bias of a conv with `o` output channels: as it lies when dense (the usual constant),
 /// else a copy.
 fn bias_of<'a>(ptrs: &[*mut u8], inputs: &[BufView], o: usize) -> Option<Cow<'a, [f32]>> {
@@ -480,6 +499,19 @@ impl<'a> Chained<'a> {
             pixels: g.p(),
             epi,
         })
+    }
+
+    /// Runs on every pixel of image `img`, split over the pool's threads by output channels
+    /// (see [`chain_by_channels`]); the epilogue's first error goes to `failed`.
+    fn run_split(&self, img: usize, failed: &Mutex<Option<Error>>) {
+        let (o, p) = (self.wa.m(), self.pixels);
+        let out = (self.out as *mut f32).wrapping_add(img * o * p);
+        let finish = Finish { out: out as usize, p, bias: self.bias.as_deref(), epi: self.epi, row0: img * o };
+        let done = |rows: Range<usize>, cols: Range<usize>| finish.block(rows, cols, failed);
+        let x = (self.x as *const f32).wrapping_add(img * self.channels * p);
+        // SAFETY: as in `run`, for all of this image's pixels, which every step before this
+        // one has finished.
+        unsafe { gemm::gemm_a_then(self.wa, p, x, p as isize, 1, out, p, gemm::Then { block: Some(&done), swept: None }) };
     }
 
     /// Runs on pixels `cols` of image `img`, on this thread; the epilogue's first error goes
