@@ -3,7 +3,9 @@
 //! first conv's GEMM is then split over threads by pixels; as soon as a thread has finished
 //! every channel of a range of pixels (and the epilogue on them), it runs the 1x1 convs on
 //! that range one after the other while it is still in its cache, instead of later steps
-//! reading the whole maps back from memory. In resnet50: a block's downsample, its last 1x1
+//! reading the whole maps back from memory. On maps of fewer pixels than the first conv's
+//! channels (resnet50's 7x7 and 14x14 ones), whose whole map fits in L2, the convs instead
+//! run one after the other, each split by output channels. In resnet50: a block's downsample, its last 1x1
 //! conv (whose residual the downsample is) and the next block's first 1x1 conv.
 
 use super::conv::is_pointwise;
@@ -33,12 +35,11 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
         StepKind::Extern { op, inputs, out, .. } => check_f32(p, op, inputs, *out).is_ok(),
         _ => false,
     });
-    // Maps of any size, though on small ones the chain costs time: split by pixels for the
-    // chain, each thread streams all of the weights, where a GEMM with fewer pixels than
-    // output channels splits by channels and each reads its share. Chained, resnet50's two 7x7
-    // groups took +0.9 and +1.2 ms, the 14x14 ones +0.05-0.35 ms each (Zen 1, 2 threads, 3
-    // alternated rounds), the whole run 3-5%: the price of its 55 launches becoming 35 (kiln's
-    // target: 80% fewer than eager's 177). `KILN_CPU_CHAIN=0` measures it.
+    // Maps of any size. On maps of fewer pixels than the first conv's channels the convs run
+    // one after the other inside the step, each split by channels (`conv::chain_by_channels`):
+    // split by pixels, each thread streamed all of the weights, and resnet50's two 7x7 groups
+    // took +0.9 and +1.2 ms over their convs run apart (Zen 1, 2 threads, 3 alternated
+    // rounds). `KILN_CPU_CHAIN=0` runs every conv as its own step.
     // Buffers stand for their memory here: the memory plan keeps a chain's buffers apart.
     let written = |steps: &[&StepKind]| -> Vec<Range<usize>> { steps.iter().flat_map(|s| step_writes(s)).map(span).collect() };
     on && f32s
