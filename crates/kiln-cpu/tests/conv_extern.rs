@@ -179,7 +179,7 @@ fn check(c: &Case) -> Option<&'static str> {
         // Winograd's rounding errors scale with the output's magnitude as a whole, not with
         // each output's (see `conv_winograd`): up to ~3e-5 of the outputs' RMS here.
         let floor = match algorithm {
-            Some("conv winograd") => (w.iter().map(|v| v * v).sum::<f64>() / w.len() as f64).sqrt().max(1.0),
+            Some("conv winograd" | "conv winograd f2") => (w.iter().map(|v| v * v).sum::<f64>() / w.len() as f64).sqrt().max(1.0),
             _ => 1.0,
         };
         for (i, (a, b)) in w.iter().zip(&o).enumerate() {
@@ -440,38 +440,76 @@ fn winograd_tiles_edges_and_epilogues() {
     }
 }
 
+/// 3x3 stride-1 convs on maps too small for F(4x4, 3x3) (under 100 output pixels) with at
+/// least 64 input and output channels, by Winograd's F(2x2, 3x3): resnet50's 7x7 layer, odd
+/// and even sides (2x2 tiles cut at the edges), more than 16 tiles (a second GEMM panel, part
+/// empty), asymmetric and no padding, more than 256 input channels, output channels that leave
+/// a part tile of the GEMM's 6 rows, batches, bias on and off, epilogues and non-dense inputs.
+/// Fewer channels keep the im2col GEMM.
+#[test]
+fn winograd_f2_on_small_maps() {
+    for (x, o, pad) in [
+        ([1, 64, 7, 7], 64, [1, 1, 1, 1]),
+        ([2, 72, 5, 6], 80, [0, 1, 1, 0]),
+        ([1, 64, 9, 9], 70, [1, 1, 1, 1]),
+        ([1, 96, 7, 7], 64, [0; 4]),
+        ([1, 300, 6, 6], 64, [1, 1, 1, 1]),
+    ] {
+        for (after, bias, view) in [
+            (After::Nothing, true, View::Dense),
+            (After::Relu, false, View::Dense),
+            (After::AddRelu, true, View::EveryOtherColumn),
+            (After::Nothing, true, View::ChannelsInside),
+        ] {
+            let alg = check(&Case { after, bias, view, ..case(x, o, 3, attrs(1, pad, 1, 1)) });
+            assert_eq!(alg == Some("conv winograd f2"), winograd_here(), "{x:?} -> {o}: {alg:?}");
+        }
+    }
+    for (x, o) in [([1, 32, 7, 7], 64), ([1, 64, 7, 7], 48)] {
+        let alg = check(&case(x, o, 3, attrs(1, [1, 1, 1, 1], 1, 1)));
+        assert_ne!(alg, Some("conv winograd f2"), "{x:?} -> {o}");
+    }
+}
+
 /// Winograd mixes the values of each 6x6 input tile before the products, so a NaN or an
 /// infinity in the input reaches every output of the 4x4 tiles whose input holds it (a
 /// direct conv reaches only the windows that hold it): every output the interpreter makes
 /// non-finite is non-finite here too, the others in those tiles may be, and every output
-/// outside them is finite and matches.
+/// outside them is finite and matches. The same for F(2x2, 3x3)'s 2x2 tiles of 4x4 inputs.
 #[test]
 fn winograd_nan_and_inf_stay_in_their_tiles() {
     if !winograd_here() {
         return;
     }
-    let (c, o, h, w) = (8, 8, 12, 12);
+    // (channels, side, tile side, algorithm, NaN's and infinity's (row, column))
+    nan_and_inf_stay_in_tiles(8, 12, 4, "conv winograd", [(2, 3), (9, 9)]);
+    nan_and_inf_stay_in_tiles(64, 9, 2, "conv winograd f2", [(2, 3), (5, 5)]);
+}
+
+/// [`winograd_nan_and_inf_stay_in_their_tiles`] for one conv of `c` channels on an `hw` x `hw`
+/// map, padded by 1, run by `alg` on tiles of `m` x `m` outputs, with a NaN in channel 1 and an
+/// infinity in channel 5 at `at`.
+fn nan_and_inf_stay_in_tiles(c: usize, hw: usize, m: usize, alg: &str, at: [(usize, usize); 2]) {
+    let (o, h, w) = (c, hw, hw);
     let mut g = Graph::new();
     let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[1, c, h, w])));
     let wt = g.constant(tensor(&[o, c, 3, 3], 2));
     let y = g.add(Op::Conv2d(attrs(1, [1, 1, 1, 1], 1, 1)), &[x, wt]).unwrap();
     g.output(y);
     let mut xv = tensor(&[1, c, h, w], 1).to_vec::<f32>().unwrap();
-    // A NaN at (2, 3) of channel 1, an infinity at (9, 9) of channel 5 (padded: (3, 4), (10, 10)).
-    xv[h * w + 2 * w + 3] = f32::NAN;
-    xv[5 * h * w + 9 * w + 9] = f32::INFINITY;
+    let [(ny, nx), (iy, ix)] = at;
+    xv[h * w + ny * w + nx] = f32::NAN;
+    xv[5 * h * w + iy * w + ix] = f32::INFINITY;
     let inputs = [HostTensor::from_vec(xv, &[1, c, h, w]).unwrap()];
     let want = kiln_cpu::run(&g, &inputs).unwrap()[0].to_f64_vec();
     let (prog, _) = schedule(&g, &ScheduleOptions::default()).unwrap();
     let exe = Executable::new(prog, Arc::new(InterpKernels)).unwrap();
-    assert!(exe.packed_algorithms().contains(&Some("conv winograd")));
+    assert!(exe.packed_algorithms().contains(&Some(alg)), "{alg}: {:?}", exe.packed_algorithms());
     let got = exe.run(&inputs).unwrap()[0].to_f64_vec();
-    // The output tiles whose 6x6 input (rows and columns 4t..4t+6 of the padded input) hold
-    // a padded position.
-    let reaches = |p: usize, t: usize| (4 * t..4 * t + 6).contains(&p);
-    let in_hit_tile = |i: usize, j: usize| {
-        [(3, 4), (10, 10)].iter().any(|&(pi, pj)| reaches(pi, i / 4) && reaches(pj, j / 4))
-    };
+    // The output tiles whose (m + 2)-square input (rows and columns mt..mt+m+2 of the padded
+    // input) hold a padded position.
+    let reaches = |p: usize, t: usize| (m * t..m * t + m + 2).contains(&p);
+    let in_hit_tile = |i: usize, j: usize| at.iter().any(|&(y, x)| reaches(y + 1, i / m) && reaches(x + 1, j / m));
     let mut outside = 0;
     for (idx, (a, b)) in want.iter().zip(&got).enumerate() {
         let (i, j) = ((idx / w) % h, idx % w);

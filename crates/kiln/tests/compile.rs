@@ -422,6 +422,49 @@ fn one_by_one_convs_run_inside_the_conv_before_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A 3x3 conv on a map of fewer pixels than channels, run by Winograd's F(2x2, 3x3), leads a
+/// chain (resnet50's 7x7 blocks): the conv, then the 1x1 conv of its output with a residual, one
+/// launch, split by channels; against the reference interpreter, with two images.
+#[test]
+fn a_winograd_conv_on_a_small_map_leads_a_chain() {
+    use kiln_ir::{BinaryOp, Conv2dAttrs, Graph, Op, Shape, TensorType, UnaryOp};
+    if !c_compiler_present() {
+        return;
+    }
+    let dir = cache_dir("conv-chain-f2");
+    let (n, c, o2, hw) = (2, 64, 96, 7);
+    let attrs = |k: usize| Conv2dAttrs { stride: [1; 2], padding: [k / 2; 4], dilation: [1, 1], groups: 1, channels_last: false };
+    let mut g = Graph::new();
+    let x = g.input("x", TensorType::new(DType::F32, Shape::fixed(&[n, c, hw, hw])));
+    let (w1, b1) = (g.constant(values(&[c, c, 3, 3], 1)), g.constant(values(&[c], 2)));
+    let y = g.add(Op::Conv2d(attrs(3)), &[x, w1, b1]).unwrap();
+    let y = g.add(Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+    let w2 = g.constant(values(&[o2, c, 1, 1], 3));
+    let z = g.add(Op::Conv2d(attrs(1)), &[y, w2]).unwrap();
+    let skip = g.input("skip", TensorType::new(DType::F32, Shape::fixed(&[n, o2, hw, hw])));
+    let z = g.add(Op::Binary(BinaryOp::Add), &[z, skip]).unwrap();
+    let z = g.add(Op::Unary(UnaryOp::Relu), &[z]).unwrap();
+    g.output(z);
+    let xs = vec![values(&[n, c, hw, hw], 5), values(&[n, o2, hw, hw], 6)];
+    // Winograd's rounding scales with the outputs as a whole (see kiln-cpu's conv_winograd):
+    // an absolute tolerance of 1e-4 of their RMS.
+    let want = kiln_cpu::run(&g, &xs).unwrap();
+    let w = want[0].to_f64_vec();
+    let atol = 1e-4 * (w.iter().map(|v| v * v).sum::<f64>() / w.len() as f64).sqrt();
+    let (program, report) = plan(&g, &shapes(&xs), &opts(&dir)).unwrap();
+    compare(&kiln_cpu::compiled::run_interpreted(&program, &xs).unwrap(), &want, 1e-4, atol).unwrap_or_else(|e| panic!("interpreted: {e}"));
+    let compiled = compile(&g, &shapes(&xs), &opts(&dir)).unwrap();
+    compare(&compiled.run(&xs).unwrap(), &want, 1e-4, atol).unwrap_or_else(|e| panic!("compiled: {e}"));
+    let (steps, _) = compiled.profile(&xs, 1).unwrap().expect("compiled steps");
+    assert_eq!((program.steps.len(), report.kernels), (2, 1), "two steps, one launch");
+    assert!(steps[1].inside_previous, "the 1x1 conv ran on its own");
+    let algorithms = compiled.packed_algorithms();
+    if kiln_cpu::gemm::available() && std::env::var_os("KILN_DISABLE_WINOGRAD").is_none() {
+        assert!(algorithms.contains(&(0, "conv winograd f2")), "{algorithms:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A chain of three (resnet's block entry): a 1x1 downsample conv, a 1x1 conv of another input
 /// whose epilogue adds the downsample as its residual, then a 1x1 conv of that sum. All three
 /// run as one launch, the later two on each range of pixels as the first finishes it (the

@@ -8,7 +8,7 @@
 //! run one after the other, each split by output channels. In resnet50: a block's downsample, its last 1x1
 //! conv (whose residual the downsample is) and the next block's first 1x1 conv.
 
-use super::conv::is_pointwise;
+use super::conv::{heads_chains, is_pointwise};
 use super::prepack::{self, Prepacked};
 use super::steps::{chained_input, check_f32, col_blocks_safe, step_writes};
 use kiln_sched::{BufId, Epilogue, ExternOp, Program, StepKind};
@@ -27,10 +27,12 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
     let Some(&first) = chain.first() else {
         return false;
     };
-    let (StepKind::Extern { op: ExternOp::Conv2d(_), epilogue: e1, out: out1, .. }, StepKind::Extern { op: ExternOp::Conv2d(a2), inputs: in2, out_shape: s2, epilogue: e2, .. }) = (first, next) else {
+    let (StepKind::Extern { op: ExternOp::Conv2d(_), epilogue: e1, out: out1, out_shape: s1, .. }, StepKind::Extern { op: ExternOp::Conv2d(a2), inputs: in2, out_shape: s2, epilogue: e2, .. }) = (first, next) else {
         return false;
     };
     let on_gemm = |s: &StepKind| matches!(prepack::for_step(p, s), Some(Prepacked::ConvGemm(_)));
+    let (pixels, channels) = (s1.get(2..).map_or(0, |hw| hw.iter().product()), s1.get(1).copied().unwrap_or(0));
+    let leads = heads_chains(prepack::for_step(p, first).as_ref(), pixels, channels);
     let f32s = chain.iter().chain([&next]).all(|s| match s {
         StepKind::Extern { op, inputs, out, .. } => check_f32(p, op, inputs, *out).is_ok(),
         _ => false,
@@ -44,7 +46,7 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
     let written = |steps: &[&StepKind]| -> Vec<Range<usize>> { steps.iter().flat_map(|s| step_writes(s)).map(span).collect() };
     on && f32s
         && is_pointwise(a2, in2, s2)
-        && on_gemm(first)
+        && leads
         && on_gemm(next)
         && chained_input(chain, next)
         && blocks(e1.as_ref(), vec![span(*out1)])

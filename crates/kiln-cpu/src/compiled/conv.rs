@@ -148,6 +148,13 @@ pub(crate) use conv_winograd::WinogradWeights;
 #[cfg(not(target_arch = "x86_64"))]
 pub(crate) enum WinogradWeights {}
 
+/// A 3x3 conv's weights transformed for Winograd's F(2x2, 3x3) on a small map.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use conv_winograd::f2::Winograd2Weights;
+/// A 3x3 conv's weights transformed for Winograd (none here: it needs x86-64).
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) enum Winograd2Weights {}
+
 /// True for a 1x1 stride-1 unpadded conv of these inputs and output shape (one GEMM of the
 /// input as it lies, per image and group); false also when they do not fit together.
 pub(crate) fn is_pointwise(a: &Conv2dAttrs, inputs: &[BufView], out: &[usize]) -> bool {
@@ -165,6 +172,8 @@ pub(crate) fn prepacked(a: &Conv2dAttrs, inputs: &[BufView], out: &[usize], weig
     #[cfg(target_arch = "x86_64")]
     if conv_winograd::eligible(&g) {
         return Some(Prepacked::ConvWinograd(OnceLock::new()));
+    } else if conv_winograd::f2::eligible(&g) {
+        return Some(Prepacked::ConvWinograd2(OnceLock::new()));
     } else if conv_tiles::eligible(&g) {
         return Some(Prepacked::ConvTiles(OnceLock::new()));
     }
@@ -185,6 +194,7 @@ pub(crate) fn scratch_elems(
     match packed {
         Some(Prepacked::ConvTiles(_)) => return conv_tiles::scratch_elems(&g, &inputs[0]),
         Some(Prepacked::ConvWinograd(_)) => return Some(conv_winograd::scratch_elems(&g)),
+        Some(Prepacked::ConvWinograd2(_)) => return Some(conv_winograd::f2::scratch_elems(&g)),
         _ => {}
     }
     // kiln's GEMM reads the im2col matrix in panels of 16 pixels, the last one whole.
@@ -221,8 +231,8 @@ pub(crate) fn run(
     if then.iter().any(|c| (c.images, c.pixels) != (g.n, p)) {
         return Err(Error::Shape("a chained conv must have this conv's images and pixels".into()));
     }
-    if !then.is_empty() && packed.and_then(Prepacked::conv_gemm).is_none() {
-        return Err(Error::Unsupported("a conv chained onto a conv that does not run on kiln's GEMM".into()));
+    if !then.is_empty() && !heads_chains(packed, p, g.o) {
+        return Err(Error::Unsupported("a conv chained onto a conv that can lead no chain".into()));
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(cell) = packed.and_then(Prepacked::conv_winograd) {
@@ -235,6 +245,23 @@ pub(crate) fn run(
             });
             conv_winograd::run(&g, x, px, packed, bias, pout, epi, scratch)
         };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cell) = packed.and_then(Prepacked::conv_winograd2) {
+        // SAFETY: as for F(4x4, 3x3) above.
+        unsafe {
+            let packed = cell.get_or_init(|| {
+                let (_dense, pw, w_rs, w_cs) = weight_matrix(ptrs, w, &g);
+                Winograd2Weights::pack(&g, pw, w_rs, w_cs)
+            });
+            conv_winograd::f2::run(&g, x, px, packed, bias, pout, epi, scratch)?;
+        }
+        // Chained convs (on a map this small, split by channels: see `heads_chains`).
+        let failed = std::sync::Mutex::new(None);
+        for img in 0..g.n {
+            then.iter().for_each(|c| c.run_split(img, &failed));
+        }
+        return failed.into_inner().ok().flatten().map_or(Ok(()), Err);
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(cell) = packed.and_then(Prepacked::conv_tiles) {
@@ -396,6 +423,18 @@ fn chain_by_channels(pixels: usize, channels: usize) -> bool {
     static PIXELS: OnceLock<bool> = OnceLock::new();
     let forced = *PIXELS.get_or_init(|| std::env::var("KILN_CHAIN_SPLIT").is_ok_and(|v| v == "pixels"));
     !forced && pixels < channels
+}
+
+/// True when a conv that runs as its `packed` cell says, on a map of `pixels` pixels with
+/// `channels` output channels, can lead a chain of 1x1 convs: on kiln's GEMM, which calls
+/// back as it finishes pixels, or by Winograd's F(2x2, 3x3) on a map split by channels (see
+/// [`chain_by_channels`]), after which the chained convs run.
+pub(crate) fn heads_chains(packed: Option<&Prepacked>, pixels: usize, channels: usize) -> bool {
+    match packed {
+        Some(Prepacked::ConvGemm(_)) => true,
+        Some(Prepacked::ConvWinograd2(_)) => chain_by_channels(pixels, channels),
+        _ => false,
+    }
 }
 
 /// The bias of a conv with `o` output channels: as it lies when dense (the usual constant),

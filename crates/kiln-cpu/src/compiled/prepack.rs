@@ -2,7 +2,7 @@
 //! run: what ONNX Runtime calls pre-packing. Which steps get a cell is decided when the
 //! executable is built, from the program alone.
 
-use super::conv::{self, PackedWeights, WinogradWeights};
+use super::conv::{self, PackedWeights, Winograd2Weights, WinogradWeights};
 use super::matmul;
 use crate::gemm::{self, PackedA, PackedRhs};
 use kiln_sched::{BufKind, ExternOp, Program, StepKind};
@@ -14,6 +14,9 @@ pub(crate) enum Prepacked {
     ConvTiles(OnceLock<PackedWeights>),
     /// A 3x3 conv's weights transformed for Winograd's F(4x4, 3x3) (`conv_winograd`).
     ConvWinograd(OnceLock<WinogradWeights>),
+    /// A 3x3 conv's weights on a small map transformed for Winograd's F(2x2, 3x3)
+    /// (`conv_winograd::f2`).
+    ConvWinograd2(OnceLock<Winograd2Weights>),
     /// A matmul's constant right-hand side for kiln's GEMM ([`crate::gemm`]).
     MatmulRhs(OnceLock<PackedRhs>),
     /// A conv's weights as the packed left-hand side of kiln's GEMM ([`crate::gemm::gemm_a`]),
@@ -28,6 +31,7 @@ impl Prepacked {
         match self {
             Prepacked::ConvTiles(_) => "conv tiles",
             Prepacked::ConvWinograd(_) => "conv winograd",
+            Prepacked::ConvWinograd2(_) => "conv winograd f2",
             Prepacked::MatmulRhs(c) => match c.get() {
                 Some(PackedRhs::Strassen(_)) => "matmul strassen",
                 _ => "matmul packed gemm",
@@ -48,6 +52,14 @@ impl Prepacked {
     pub(crate) fn conv_winograd(&self) -> Option<&OnceLock<WinogradWeights>> {
         match self {
             Prepacked::ConvWinograd(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The cell of a conv that runs by Winograd's F(2x2, 3x3).
+    pub(crate) fn conv_winograd2(&self) -> Option<&OnceLock<Winograd2Weights>> {
+        match self {
+            Prepacked::ConvWinograd2(c) => Some(c),
             _ => None,
         }
     }

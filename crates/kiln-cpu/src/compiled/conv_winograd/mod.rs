@@ -21,6 +21,7 @@
 //! the pixels whose window holds it. `KILN_DISABLE_WINOGRAD` turns the path off.
 
 mod avx2;
+pub(crate) mod f2;
 
 use super::conv::Geom;
 use super::steps::Epi;
@@ -39,14 +40,20 @@ const XI: usize = N * N;
 /// Tiles per vector.
 const LANES: usize = 8;
 
-/// Whether a conv of this geometry runs here (its weights must also be constant): a 3x3
-/// kernel, stride and dilation 1, one group, on a CPU where kiln's GEMM runs, with enough
-/// output pixels and channels that the transforms pay. `KILN_DISABLE_WINOGRAD` (read once)
-/// says no.
-pub(crate) fn eligible(g: &Geom) -> bool {
+/// True on a CPU where kiln's GEMM runs unless `KILN_DISABLE_WINOGRAD` (read once) is set:
+/// whether either Winograd conv may run at all.
+fn enabled() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let off = *OFF.get_or_init(|| std::env::var_os("KILN_DISABLE_WINOGRAD").is_some());
     !off && gemm::available()
+}
+
+/// Whether a conv of this geometry runs here (its weights must also be constant): a 3x3
+/// kernel, stride and dilation 1, one group, on a CPU where kiln's GEMM runs, with enough
+/// output pixels and channels that the transforms pay ([`enabled`] says whether it may).
+/// Smaller maps may run by F(2x2, 3x3) ([`f2`]).
+pub(crate) fn eligible(g: &Geom) -> bool {
+    enabled()
         && (g.kh, g.kw) == (3, 3)
         && g.a.stride == [1, 1]
         && g.a.dilation == [1, 1]
