@@ -401,6 +401,14 @@ fn im2col_in_panels_for_the_gemm() {
     }
 }
 
+/// What the Winograd tests run each conv with: epilogue, bias, input view.
+const VARIANTS: [(After, bool, View); 4] = [
+    (After::Nothing, true, View::Dense),
+    (After::Relu, false, View::Dense),
+    (After::AddRelu, true, View::EveryOtherColumn),
+    (After::Nothing, true, View::ChannelsInside),
+];
+
 /// Whether this process runs 3x3 stride-1 convs by Winograd where they fit (where kiln's
 /// GEMM runs, unless `KILN_DISABLE_WINOGRAD` is set).
 fn winograd_here() -> bool {
@@ -423,12 +431,7 @@ fn winograd_tiles_edges_and_epilogues() {
         ([1, 300, 10, 11], 8, [1, 1, 1, 1]),
         ([1, 12, 34, 37], 16, [1, 1, 1, 1]),
     ] {
-        for (after, bias, view) in [
-            (After::Nothing, true, View::Dense),
-            (After::Relu, false, View::Dense),
-            (After::AddRelu, true, View::EveryOtherColumn),
-            (After::Nothing, true, View::ChannelsInside),
-        ] {
+        for (after, bias, view) in VARIANTS {
             let alg = check(&Case { after, bias, view, ..case(x, o, 3, attrs(1, pad, 1, 1)) });
             assert_eq!(alg == Some("conv winograd"), winograd_here(), "{x:?} -> {o}: {alg:?}");
         }
@@ -455,12 +458,7 @@ fn winograd_f2_on_small_maps() {
         ([1, 96, 7, 7], 64, [0; 4]),
         ([1, 300, 6, 6], 64, [1, 1, 1, 1]),
     ] {
-        for (after, bias, view) in [
-            (After::Nothing, true, View::Dense),
-            (After::Relu, false, View::Dense),
-            (After::AddRelu, true, View::EveryOtherColumn),
-            (After::Nothing, true, View::ChannelsInside),
-        ] {
+        for (after, bias, view) in VARIANTS {
             let alg = check(&Case { after, bias, view, ..case(x, o, 3, attrs(1, pad, 1, 1)) });
             assert_eq!(alg == Some("conv winograd f2"), winograd_here(), "{x:?} -> {o}: {alg:?}");
         }

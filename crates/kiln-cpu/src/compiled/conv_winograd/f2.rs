@@ -23,7 +23,6 @@ use crate::gemm::{self, PackedA, PANEL};
 use crate::par::for_each_task;
 use kiln_ir::Result;
 use kiln_sched::BufView;
-use rayon::prelude::*;
 
 /// Output pixels per tile side.
 const M: usize = 2;
@@ -80,33 +79,10 @@ impl Winograd2Weights {
     /// # Safety
     /// `pw[o * w_rs + k * w_cs]` must be readable for every `o < O`, `k < C*9`.
     pub(in crate::compiled) unsafe fn pack(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize) -> Winograd2Weights {
-        let (o, c) = (g.o, g.cg);
         // G (4x3) of F(2x2, 3x3).
         const G: [[f64; 3]; N] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
-        let pw = pw as usize;
-        let mut mats = vec![0.0f32; XI * o * c];
-        let tiles: Vec<[f32; XI]> = (0..o * c)
-            .into_par_iter()
-            .map(|oc| {
-                let (oo, cc) = (oc / c, oc % c);
-                let w = |i: usize, j: usize| {
-                    // SAFETY: oo < O and cc*9 + 3i + j < C*9 (the caller's contract).
-                    unsafe { f64::from(*(pw as *const f32).add(oo * w_rs + (cc * 9 + 3 * i + j) * w_cs)) }
-                };
-                let gg: [[f64; 3]; N] = std::array::from_fn(|r| std::array::from_fn(|j| (0..3).map(|i| G[r][i] * w(i, j)).sum()));
-                std::array::from_fn(|xi| (0..3).map(|j| gg[xi / N][j] * G[xi % N][j]).sum::<f64>() as f32)
-            })
-            .collect();
-        for (oc, t) in tiles.iter().enumerate() {
-            for (xi, &u) in t.iter().enumerate() {
-                mats[xi * o * c + oc] = u;
-            }
-        }
-        let u = mats
-            .par_chunks(o * c)
-            // SAFETY: each chunk is a dense [O, C] matrix.
-            .map(|u| unsafe { PackedA::pack(o, c, u.as_ptr(), c as isize, 1) })
-            .collect();
+        // SAFETY: the caller's contract.
+        let u = unsafe { super::transformed_weights(g, pw, w_rs, w_cs, &G) };
         Winograd2Weights { u }
     }
 }

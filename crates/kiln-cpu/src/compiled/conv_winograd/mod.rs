@@ -196,7 +196,6 @@ impl WinogradWeights {
     /// # Safety
     /// `pw[o * w_rs + k * w_cs]` must be readable for every `o < O`, `k < C*9`.
     pub(super) unsafe fn pack(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize) -> WinogradWeights {
-        let (o, c) = (g.o, g.cg);
         // G (6x3) of F(4x4, 3x3).
         const G: [[f64; 3]; N] = [
             [1.0 / 4.0, 0.0, 0.0],
@@ -206,33 +205,43 @@ impl WinogradWeights {
             [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
             [0.0, 0.0, 1.0],
         ];
-        // U = G g G^T of each (output, input) channel pair, then scattered to the 36 matrices.
-        let pw = pw as usize;
-        let tiles: Vec<[f32; XI]> = (0..o * c)
-            .into_par_iter()
-            .map(|oc| {
-                let (oo, cc) = (oc / c, oc % c);
-                let w = |i: usize, j: usize| {
-                    // SAFETY: oo < O and cc*9 + 3i + j < C*9 (the caller's contract).
-                    unsafe { f64::from(*(pw as *const f32).add(oo * w_rs + (cc * 9 + 3 * i + j) * w_cs)) }
-                };
-                let gg: [[f64; 3]; N] = std::array::from_fn(|r| std::array::from_fn(|j| (0..3).map(|i| G[r][i] * w(i, j)).sum()));
-                std::array::from_fn(|xi| (0..3).map(|j| gg[xi / N][j] * G[xi % N][j]).sum::<f64>() as f32)
-            })
-            .collect();
-        let mut mats = vec![0.0f32; XI * o * c];
-        for (oc, t) in tiles.iter().enumerate() {
-            for (xi, &u) in t.iter().enumerate() {
-                mats[xi * o * c + oc] = u;
-            }
-        }
-        let u = mats
-            .par_chunks(o * c)
-            // SAFETY: each chunk is a dense [O, C] matrix.
-            .map(|u| unsafe { PackedA::pack(o, c, u.as_ptr(), c as isize, 1) })
-            .collect();
+        // SAFETY: the caller's contract.
+        let u = unsafe { transformed_weights(g, pw, w_rs, w_cs, &G) };
         WinogradWeights { u }
     }
+}
+
+/// The weights of a conv transformed for Winograd's F(m x m, 3x3) with the `n x 3` matrix `gm`
+/// (n = m + 2): `U = G g G^T` of each (output, input) channel pair, in f64, scattered to the
+/// `n * n` matrices `U[ξ]` (`[O, C]`, ξ = n i + j), each packed as the left side of kiln's GEMM.
+///
+/// # Safety
+/// `pw[o * w_rs + k * w_cs]` must be readable for every `o < O`, `k < C*9`.
+unsafe fn transformed_weights(g: &Geom, pw: *const f32, w_rs: usize, w_cs: usize, gm: &[[f64; 3]]) -> Vec<PackedA> {
+    let (o, c, n) = (g.o, g.cg, gm.len());
+    let pw = pw as usize;
+    let mut tiles = vec![0.0f32; o * c * n * n];
+    tiles.par_chunks_mut(n * n).enumerate().for_each(|(oc, tile)| {
+        let (oo, cc) = (oc / c, oc % c);
+        let w = |i: usize, j: usize| {
+            // SAFETY: oo < O and cc*9 + 3i + j < C*9 (the caller's contract).
+            unsafe { f64::from(*(pw as *const f32).add(oo * w_rs + (cc * 9 + 3 * i + j) * w_cs)) }
+        };
+        let gg: Vec<[f64; 3]> = gm.iter().map(|row| std::array::from_fn(|j| (0..3).map(|i| row[i] * w(i, j)).sum())).collect();
+        for (xi, u) in tile.iter_mut().enumerate() {
+            *u = (0..3).map(|j| gg[xi / n][j] * gm[xi % n][j]).sum::<f64>() as f32;
+        }
+    });
+    let mut mats = vec![0.0f32; n * n * o * c];
+    for (oc, t) in tiles.chunks_exact(n * n).enumerate() {
+        for (xi, &u) in t.iter().enumerate() {
+            mats[xi * o * c + oc] = u;
+        }
+    }
+    mats.par_chunks(o * c)
+        // SAFETY: each chunk is a dense [O, C] matrix.
+        .map(|u| unsafe { PackedA::pack(o, c, u.as_ptr(), c as isize, 1) })
+        .collect()
 }
 
 /// Runs the convolution of every image into `pout` (`[N, O, OH, OW]`, dense), adding `bias`,
