@@ -3,7 +3,7 @@
 //! lies; other convs build the im2col matrix of each (image, group) in the executable's
 //! scratch first; convs with one input channel per group (depthwise) run a direct loop.
 //! 3x3 stride-1 convs with constant weights run by Winograd's F(4x4, 3x3) when they fit
-//! (`conv_winograd`), other KxK convs with constant weights on the conv tiles (`conv_tiles`); other
+//! (`conv_winograd`), or F(2x2, 3x3) on small maps (`conv_winograd::f2`), other KxK convs with constant weights on the conv tiles (`conv_tiles`); other
 //! one-group convs with constant weights run on kiln's GEMM with the weights packed once
 //! (`gemm::gemm_a`, where kiln's GEMM runs), a whole image per call, the bias and epilogue on
 //! each block of the output as the GEMM finishes it where the epilogue allows (`Epi::blocks`),
@@ -163,7 +163,7 @@ pub(crate) fn is_pointwise(a: &Conv2dAttrs, inputs: &[BufView], out: &[usize]) -
 
 /// The cell of constants this conv packs once, which also says how it runs, if any: with
 /// constant weights (`weights_const`), by Winograd's F(4x4, 3x3) where it fits (see
-/// [`conv_winograd`]), else on the conv tiles where they fit (see [`conv_tiles`]), else on
+/// [`conv_winograd`]), else by F(2x2, 3x3) where that fits (small maps), else on the conv tiles where they fit (see [`conv_tiles`]), else on
 /// kiln's GEMM with the weights as its packed left-hand side ([`gemm::gemm_a`]) for one group
 /// of more than one input channel where kiln's GEMM is [`gemm::available`]: the `gemm` crate
 /// packs both operands on every call, the weights included. Other convs pack nothing.
