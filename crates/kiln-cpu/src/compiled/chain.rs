@@ -31,8 +31,7 @@ pub fn runs_chained(p: &Program, chain: &[&StepKind], next: &StepKind) -> bool {
         return false;
     };
     let on_gemm = |s: &StepKind| matches!(prepack::for_step(p, s), Some(Prepacked::ConvGemm(_)));
-    let (pixels, channels) = (s1.get(2..).map_or(0, |hw| hw.iter().product()), s1.get(1).copied().unwrap_or(0));
-    let leads = heads_chains(prepack::for_step(p, first).as_ref(), pixels, channels);
+    let leads = heads_chains(prepack::for_step(p, first).as_ref(), s1);
     let f32s = chain.iter().chain([&next]).all(|s| match s {
         StepKind::Extern { op, inputs, out, .. } => check_f32(p, op, inputs, *out).is_ok(),
         _ => false,

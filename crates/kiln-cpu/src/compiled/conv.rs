@@ -231,7 +231,7 @@ pub(crate) fn run(
     if then.iter().any(|c| (c.images, c.pixels) != (g.n, p)) {
         return Err(Error::Shape("a chained conv must have this conv's images and pixels".into()));
     }
-    if !then.is_empty() && !heads_chains(packed, p, g.o) {
+    if !then.is_empty() && !heads_chains(packed, out_shape) {
         return Err(Error::Unsupported("a conv chained onto a conv that can lead no chain".into()));
     }
     #[cfg(target_arch = "x86_64")]
@@ -425,14 +425,14 @@ fn chain_by_channels(pixels: usize, channels: usize) -> bool {
     !forced && pixels < channels
 }
 
-/// True when a conv that runs as its `packed` cell says, on a map of `pixels` pixels with
-/// `channels` output channels, can lead a chain of 1x1 convs: on kiln's GEMM, which calls
-/// back as it finishes pixels, or by Winograd's F(2x2, 3x3) on a map split by channels (see
+/// True when a conv that runs as its `packed` cell says, with output shape `out` (`[N, O, OH,
+/// OW]`), can lead a chain of 1x1 convs: on kiln's GEMM, which calls back as it finishes
+/// pixels, or by Winograd's F(2x2, 3x3) on a map split by channels (see
 /// [`chain_by_channels`]), after which the chained convs run.
-pub(crate) fn heads_chains(packed: Option<&Prepacked>, pixels: usize, channels: usize) -> bool {
-    match packed {
-        Some(Prepacked::ConvGemm(_)) => true,
-        Some(Prepacked::ConvWinograd2(_)) => chain_by_channels(pixels, channels),
+pub(crate) fn heads_chains(packed: Option<&Prepacked>, out: &[usize]) -> bool {
+    match (packed, out) {
+        (Some(Prepacked::ConvGemm(_)), _) => true,
+        (Some(Prepacked::ConvWinograd2(_)), [_, o, oh, ow]) => chain_by_channels(oh * ow, *o),
         _ => false,
     }
 }

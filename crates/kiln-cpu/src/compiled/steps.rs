@@ -115,8 +115,7 @@ pub(crate) fn run_chained(
     let StepKind::Extern { op: op1 @ ExternOp::Conv2d(a1), inputs: in1, out: out1, out_shape: s1, epilogue: e1 } = first else {
         return Ok(false);
     };
-    let (pixels, channels) = (s1.get(2..).map_or(0, |hw| hw.iter().product()), s1.get(1).copied().unwrap_or(0));
-    if !conv::heads_chains(packed.first().copied().flatten(), pixels, channels) {
+    if !conv::heads_chains(packed.first().copied().flatten(), s1) {
         return Ok(false);
     }
     check_f32(p, op1, in1, *out1)?;

@@ -122,8 +122,14 @@ pub(crate) unsafe fn run(
     let (_, tw, t) = tiles(g);
     let vl = v_len(g);
     let (v, m) = scratch[..scratch_elems(g)].split_at_mut(XI * vl);
-    // Columns past the last tile are read by the GEMM, never stored: zeros, not stale values.
-    v.fill(0.0);
+    // Columns past the last tile (in the last panel) are read by the GEMM, never stored:
+    // zeros, not stale values. The transforms write every other value.
+    if t % PANEL != 0 {
+        let last = t / PANEL * c * PANEL;
+        for row in v.chunks_exact_mut(vl).flat_map(|vx| vx[last..].chunks_exact_mut(PANEL)) {
+            row[t % PANEL..].fill(0.0);
+        }
+    }
     let (vp, mp, px, out) = (v.as_mut_ptr() as usize, m.as_mut_ptr() as usize, px as usize, pout as usize);
     let [pt, pl, ..] = g.a.padding;
     let [s0, s1, s2, s3] = [x.strides[0], x.strides[1], x.strides[2], x.strides[3]];
