@@ -1,6 +1,6 @@
 //! One level of Strassen's algorithm over kiln's packed GEMM: `c = a @ b` as seven products of
 //! half the size in each dim instead of eight, for products by constant weights (bert's). The
-//! GEMM runs at 90-95% of this CPU's FMA peak, the limit ONNX Runtime's MLAS meets as well, so
+//! GEMM runs at 90-95% of a Zen 1 core's FMA peak, the limit ONNX Runtime's MLAS meets as well, so
 //! doing fewer multiply-adds is what is left to gain.
 //!
 //! The sums of `b`'s quadrants are packed once with the weights (1.75 times their size); the
@@ -10,9 +10,11 @@
 //!
 //! Rounding: each element of `c` is a sum of products of sums of two elements, so its error
 //! bound is a small multiple of the plain product's (the same sort of trade as the Winograd
-//! convs'). `KILN_STRASSEN=0` turns it off.
+//! convs'). It runs where [`enabled`] says: by default only on cores whose FMA units are half
+//! width (Zen 1), where the multiply-adds it saves outweigh the larger weights it reads.
 
 use super::{Lhs, PackedB, Term, gemm_lhs};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Quadrants of a matrix split in halves both ways: 0 = top left, 1 = top right, 2 = bottom
 /// left, 3 = bottom right.
@@ -36,12 +38,69 @@ const PRODUCTS: [(Sum, Sum); 7] = [
 const IN_PLACE: [(usize, usize); 4] = [(6, 0), (2, 1), (1, 2), (5, 3)];
 
 /// True when kiln runs products by a constant `[k, n]` on `m` rows by Strassen's algorithm:
-/// even `k` and `n` and every dim large enough that the half-size products keep the GEMM's
-/// rate, unless `KILN_STRASSEN=0`.
+/// where it is [`enabled`], for even `k` and `n` and every dim large enough that the half-size
+/// products keep the GEMM's rate.
 pub fn worth(m: usize, k: usize, n: usize) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("KILN_STRASSEN").map_or(true, |v| v != "0"));
-    on && k % 2 == 0 && n % 2 == 0 && m >= 64 && k >= 512 && n >= 512
+    enabled() && k % 2 == 0 && n % 2 == 0 && m >= 64 && k >= 512 && n >= 512
+}
+
+/// Whether Strassen's product is on in this process: `KILN_STRASSEN=1` or `0` says so, else it
+/// is on where multiply-adds are the scarce resource, cores that split each 256-bit FMA in
+/// two halves ([`half_width_fma`]). It trades an eighth of the multiply-adds for weights 1.75x
+/// the size, read from memory on every forward (bert-base: 340 -> 595 MB): on a Zen 1 VM
+/// (2 cores, ~86 GFLOP/s) bert-base's products took ~10% less time, on a Zen 3 one (~177
+/// GFLOP/s, the same ~18 GB/s of memory bandwidth) 6-9% more (`kiln bench bert-base --profile
+/// 63`, each setting twice, alternated: products 191.6 and 168.7 ms by Strassen against 180.7
+/// and 154.3 plain). Read once per process, or set by [`force`].
+pub fn enabled() -> bool {
+    match MODE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let on = match std::env::var("KILN_STRASSEN").as_deref() {
+                Ok("0") => false,
+                Ok(_) => true,
+                Err(_) => half_width_fma(),
+            };
+            MODE.store(if on { ON } else { OFF }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// Turns Strassen's product on or off for the rest of the process, whatever the CPU and
+/// `KILN_STRASSEN` say: for tests and benchmarks that must run one form on any CPU. Products
+/// already packed keep their form.
+pub fn force(on: bool) {
+    MODE.store(if on { ON } else { OFF }, Ordering::Relaxed);
+}
+
+/// [`enabled`]'s state: not yet read, on or off.
+static MODE: AtomicU8 = AtomicU8::new(UNREAD);
+const UNREAD: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+
+/// True on AMD's Zen 1 and Zen+ (family 17h, models below 30h), whose FMA units are 128 bits
+/// wide: a 256-bit multiply-add takes both, so the cores peak at half the multiply-adds a
+/// cycle of Zen 2 and later or of Intel's AVX2 cores, while their memory is no slower.
+fn half_width_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let vendor = std::arch::x86_64::__cpuid(0);
+        let amd = [vendor.ebx, vendor.edx, vendor.ecx].map(u32::to_le_bytes).concat() == b"AuthenticAMD";
+        amd && zen1(std::arch::x86_64::__cpuid(1).eax)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// True when an AMD CPU's signature (CPUID leaf 1's `eax`) is family 17h, model below 30h.
+fn zen1(signature: u32) -> bool {
+    let (base, extended) = ((signature >> 8) & 0xf, (signature >> 20) & 0xff);
+    let family = if base == 0xf { base + extended } else { base };
+    let model = ((signature >> 4) & 0xf) | (((signature >> 16) & 0xf) << 4);
+    family == 0x17 && model < 0x30
 }
 
 /// A `[k, n]` right-hand side (`k`, `n` even) packed for [`gemm`]: for each of Strassen's
@@ -220,4 +279,16 @@ unsafe fn combine(m: usize, h: usize, nh: usize, slots: &[(*mut f32, usize); 7],
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn zen1_is_told_from_its_signature() {
+        assert!(super::zen1(0x0080_0f12)); // EPYC 7551 (Zen 1): family 17h, model 01h
+        assert!(super::zen1(0x0080_0f82)); // Ryzen 7 2700X (Zen+): model 08h
+        assert!(!super::zen1(0x0083_0f10)); // EPYC 7742 (Zen 2): model 31h
+        assert!(!super::zen1(0x00a0_0f11)); // EPYC 7763 (Zen 3): family 19h
+        assert!(!super::zen1(0x0005_0654)); // Xeon (Skylake): family 6
+    }
 }
