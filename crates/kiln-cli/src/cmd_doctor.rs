@@ -13,8 +13,9 @@ pub fn doctor() {
     println!("kiln doctor (kiln {})", env!("CARGO_PKG_VERSION"));
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = parse_cpuinfo(&cpuinfo);
-    line("cpu", cpu.model.as_deref().unwrap_or("unknown (no model name in /proc/cpuinfo)"));
+    line("cpu", &cpu_report(&cpu));
     line("simd", &simd_report(&cpu.flags));
+    line("cpu gemm", &gemm_report());
     let logical = std::thread::available_parallelism().map_or(0, |n| n.get());
     let physical = cpu.physical_cores.map_or_else(|| "unknown".to_string(), |n| n.to_string());
     line("cores", &format!("{logical} logical (available to this process), {physical} physical"));
@@ -90,6 +91,9 @@ fn line(label: &str, value: &str) {
 #[derive(Debug, Default, PartialEq)]
 struct CpuInfo {
     model: Option<String>,
+    /// `cpu family` and `model` (numbers): a model name such as "AMD EPYC" covers several
+    /// microarchitectures whose speeds differ twofold (Zen 1 is family 17h, Zen 3 19h).
+    family: Option<(u32, u32)>,
     physical_cores: Option<usize>,
     flags: BTreeSet<String>,
 }
@@ -100,11 +104,14 @@ fn parse_cpuinfo(text: &str) -> CpuInfo {
     let mut info = CpuInfo::default();
     let mut cores = BTreeSet::new();
     let mut package = None;
+    let (mut family, mut number) = (None, None);
     for l in text.lines() {
         let Some((key, value)) = l.split_once(':') else { continue };
         let (key, value) = (key.trim(), value.trim());
         match key {
             "model name" if info.model.is_none() => info.model = Some(value.to_string()),
+            "cpu family" if family.is_none() => family = value.parse().ok(),
+            "model" if number.is_none() => number = value.parse().ok(),
             "flags" if info.flags.is_empty() => {
                 info.flags = value.split_whitespace().map(str::to_string).collect();
             }
@@ -116,7 +123,39 @@ fn parse_cpuinfo(text: &str) -> CpuInfo {
         }
     }
     info.physical_cores = (!cores.is_empty()).then_some(cores.len());
+    info.family = family.zip(number);
     info
+}
+
+/// The model name, with its family and model numbers in hex (as vendors write them) when
+/// /proc/cpuinfo gives them.
+fn cpu_report(cpu: &CpuInfo) -> String {
+    let name = cpu.model.as_deref().unwrap_or("unknown (no model name in /proc/cpuinfo)");
+    match cpu.family {
+        Some((family, model)) => format!("{name} (family {family:02x}h, model {model:02x}h)"),
+        None => name.to_string(),
+    }
+}
+
+/// Which GEMM runs products by constant weights (bert's matmuls, resnet's convs), and whether
+/// Strassen's product is on: both change a model's speed from one CPU to another.
+fn gemm_report() -> String {
+    use kiln_cpu::gemm;
+    let tile = if !gemm::available() {
+        "the gemm crate (kiln's packed GEMM needs AVX2 + FMA, is off on Intel AVX-512 CPUs and by KILN_DISABLE_PACKED_GEMM)"
+    } else if gemm::wide() {
+        "kiln's packed GEMM, AVX-512 6x64 tile"
+    } else {
+        "kiln's packed GEMM, AVX2 6x16 tile"
+    };
+    let strassen = if !gemm::available() {
+        "Strassen's product: off (it runs on kiln's packed GEMM)"
+    } else if gemm::strassen::enabled() {
+        "Strassen's product: on (default on Zen 1/Zen+ only; KILN_STRASSEN=0 turns it off)"
+    } else {
+        "Strassen's product: off (default on Zen 1/Zen+ only; KILN_STRASSEN=1 turns it on)"
+    };
+    format!("{tile}; {strassen}")
 }
 
 /// The SIMD features kiln's kernels and generated C code can use, present and missing.
@@ -335,9 +374,21 @@ mod tests {
                     processor\t: 2\nphysical id\t: 1\ncore id\t\t: 0\n";
         let info = parse_cpuinfo(text);
         assert_eq!(info.model.as_deref(), Some("Test CPU @ 2GHz"));
+        assert_eq!(info.family, None);
         assert_eq!(info.physical_cores, Some(2));
         assert!(info.flags.contains("amx_tile") && info.flags.contains("avx2"));
         assert_eq!(parse_cpuinfo("").physical_cores, None);
+    }
+
+    #[test]
+    fn family_and_model_are_read_as_numbers_and_shown_in_hex() {
+        let text = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n";
+        let info = parse_cpuinfo(text);
+        assert_eq!(info.family, Some((25, 1)));
+        assert_eq!(cpu_report(&info), "AMD EPYC (family 19h, model 01h)");
+        let zen1 = parse_cpuinfo("cpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC 7551 32-Core Processor\n");
+        assert_eq!(cpu_report(&zen1), "AMD EPYC 7551 32-Core Processor (family 17h, model 01h)");
+        assert_eq!(cpu_report(&CpuInfo::default()), "unknown (no model name in /proc/cpuinfo)");
     }
 
     #[test]

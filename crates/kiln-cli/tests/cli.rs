@@ -160,6 +160,28 @@ fn invalid_flag_values_are_usage_errors() {
 }
 
 #[test]
+fn doctor_says_which_gemm_runs_and_follows_kiln_strassen() {
+    // The line must reflect the switch, on any CPU: forced on, forced off.
+    let gemm_line = |setting: &str| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .arg("doctor")
+            .env("KILN_STRASSEN", setting)
+            .output()
+            .expect("the kiln binary runs");
+        assert!(o.status.success());
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        out.lines().find(|l| l.starts_with("cpu gemm:")).unwrap_or_else(|| panic!("no cpu gemm line: {out}")).to_string()
+    };
+    let (on, off) = (gemm_line("1"), gemm_line("0"));
+    assert!(off.contains("Strassen's product: off"), "{off}");
+    if kiln_cpu::gemm::available() {
+        assert!(on.contains("kiln's packed GEMM") && on.contains("Strassen's product: on"), "{on}");
+    } else {
+        assert!(on.contains("the gemm crate") && on.contains("Strassen's product: off"), "{on}");
+    }
+}
+
+#[test]
 fn doctor_exits_0_and_reports_cpu_and_every_cuda_library() {
     let o = kiln(&["doctor"]);
     let out = stdout(&o);
