@@ -7,7 +7,8 @@
 #   ort            ONNX Runtime, CPU EP, all graph optimizations, on the torch model exported to
 #                  ONNX opset 17 (scripts/ort_bench.py; the .onnx files are cached in target/peers/)
 # Same models, inputs, batch 1, threads, warm-up and timed iterations for all. Writes one JSON
-# line per (model, runner) to target/peers/results.jsonl and prints a Markdown table.
+# line per (model, runner) to target/peers/results.jsonl and prints a Markdown table, then the
+# machine's `kiln doctor` cpu lines.
 #
 # Environment: THREADS (default: nproc), ITERS (20), WARMUP (3), MODELS ("resnet50 bert-base"),
 # RUNNERS (all of the above; a subset by name), ROUNDS (1): how many times every runner runs,
@@ -155,4 +156,7 @@ print("inductor generated (its mkldnn/GEMM extern calls not counted). vs kiln-de
 print("rounds: each round's median, in the order run; the other columns are the middle round's (the lower of two).")
 print(f"results: {out_path}", file=sys.stderr)
 PY
+# The machine, as `kiln doctor` names it: one model name ("AMD EPYC") has covered CPUs whose
+# speeds differ twofold, so figures are quoted with the family and model numbers.
+"$KILN" doctor 2>/dev/null | grep -E '^(cpu|cpu gemm):' || true
 exit "$failed"
