@@ -62,15 +62,23 @@ pub fn available() -> bool {
     *YES.get_or_init(|| supported() && !intel_avx512() && std::env::var_os("KILN_DISABLE_PACKED_GEMM").is_none())
 }
 
-/// True on an Intel CPU with AVX-512F (CPUID's vendor string).
+/// True on an Intel CPU with AVX-512F.
 fn intel_avx512() -> bool {
+    avx512f() && vendor_is(b"GenuineIntel")
+}
+
+/// True when CPUID's vendor string is `name` ("GenuineIntel", "AuthenticAMD"); false off x86-64.
+pub(crate) fn vendor_is(name: &[u8; 12]) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         let id = std::arch::x86_64::__cpuid(0);
-        avx512f() && [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == b"GenuineIntel"
+        [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == name
     }
     #[cfg(not(target_arch = "x86_64"))]
-    false
+    {
+        let _ = name;
+        false
+    }
 }
 
 /// True when this CPU has AVX-512F.

@@ -86,11 +86,7 @@ const OFF: u8 = 2;
 /// cycle of Zen 2 and later or of Intel's AVX2 cores, while their memory is no slower.
 fn half_width_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
-    {
-        let vendor = std::arch::x86_64::__cpuid(0);
-        let amd = [vendor.ebx, vendor.edx, vendor.ecx].map(u32::to_le_bytes).concat() == b"AuthenticAMD";
-        amd && zen1(std::arch::x86_64::__cpuid(1).eax)
-    }
+    return super::vendor_is(b"AuthenticAMD") && zen1(std::arch::x86_64::__cpuid(1).eax);
     #[cfg(not(target_arch = "x86_64"))]
     false
 }

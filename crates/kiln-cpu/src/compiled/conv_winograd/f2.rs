@@ -36,16 +36,11 @@ const XI: usize = N * N;
 /// the im2col GEMM.)
 const MIN_CHANNELS: usize = 64;
 
-/// Whether a conv of this geometry runs here (its weights must also be constant): a 3x3
-/// kernel, stride and dilation 1, one group, at least [`MIN_CHANNELS`] input and output
-/// channels, on a map too small for F(4x4, 3x3) (see [`super::eligible`], whose switches
-/// apply here too).
+/// Whether a conv of this geometry runs here (its weights must also be constant): one that
+/// [`super::fits`] either variant, with at least [`MIN_CHANNELS`] input and output channels, on
+/// a map too small for F(4x4, 3x3) (see [`super::eligible`]).
 pub(crate) fn eligible(g: &Geom) -> bool {
-    super::enabled()
-        && (g.kh, g.kw) == (3, 3)
-        && g.a.stride == [1, 1]
-        && g.a.dilation == [1, 1]
-        && g.groups == 1
+    super::fits(g)
         && g.cg >= MIN_CHANNELS
         && g.o >= MIN_CHANNELS
         && g.p() < super::MIN_PIXELS

@@ -48,16 +48,17 @@ fn enabled() -> bool {
     !off && gemm::available()
 }
 
-/// Whether a conv of this geometry runs here (its weights must also be constant): a 3x3
-/// kernel, stride and dilation 1, one group, on a CPU where kiln's GEMM runs, with enough
-/// output pixels and channels that the transforms pay ([`enabled`] says whether it may).
-/// Smaller maps may run by F(2x2, 3x3) ([`f2`]).
+/// True for a conv either Winograd variant computes, where they may run ([`enabled`]): a 3x3
+/// kernel, stride and dilation 1, one group.
+fn fits(g: &Geom) -> bool {
+    enabled() && (g.kh, g.kw) == (3, 3) && g.a.stride == [1, 1] && g.a.dilation == [1, 1] && g.groups == 1
+}
+
+/// Whether a conv of this geometry runs here (its weights must also be constant): one that
+/// [`fits`], with enough output pixels and channels that the transforms pay. Smaller maps may
+/// run by F(2x2, 3x3) ([`f2`]).
 pub(crate) fn eligible(g: &Geom) -> bool {
-    enabled()
-        && (g.kh, g.kw) == (3, 3)
-        && g.a.stride == [1, 1]
-        && g.a.dilation == [1, 1]
-        && g.groups == 1
+    fits(g)
         && g.cg >= MIN_CHANNELS
         && g.o >= MIN_CHANNELS
         && g.p() >= MIN_PIXELS
