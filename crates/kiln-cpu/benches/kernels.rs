@@ -123,6 +123,52 @@ fn main() {
         }
     }
 
+    // bert-base's weight products of a whole forward (12 layers of qkv, out, ffn1, ffn2: 340 MB
+    // of weights, out of cache on every run as in the model) against the same 48 products on
+    // one layer's weights (in L3), alternated: the difference is what memory costs the GEMM.
+    if kiln_cpu::gemm::supported() && wanted("bert layers") {
+        let shapes = [(768, 2304), (768, 768), (768, 3072), (3072, 768)];
+        let layer = |seed: u32| -> Vec<kiln_cpu::gemm::PackedB> {
+            shapes
+                .iter()
+                .enumerate()
+                .map(|(i, &(k, n))| {
+                    let w = tensor(&[k, n], seed * 8 + i as u32).to_vec::<f32>().expect("f32");
+                    kiln_cpu::gemm::PackedB::from_rows(k, n, &w).expect("sizes fit")
+                })
+                .collect()
+        };
+        let cold: Vec<Vec<kiln_cpu::gemm::PackedB>> = (0..12).map(layer).collect();
+        let hot = layer(99);
+        let x = tensor(&[128, 3072], 1).to_vec::<f32>().expect("f32");
+        let mut c = vec![0.0f32; 128 * 3072];
+        let forward = |layers: &[&Vec<kiln_cpu::gemm::PackedB>], c: &mut [f32]| {
+            rayon::scope(|_| {
+                kiln_cpu::par::run_awake(|| {
+                    for w in layers {
+                        for p in w.iter() {
+                            // SAFETY: x holds 128 rows of up to 3072 values, c 128 rows of p.n().
+                            unsafe { kiln_cpu::gemm::gemm(128, x.as_ptr(), p.k(), p, c.as_mut_ptr(), p.n()) }
+                        }
+                    }
+                })
+            })
+        };
+        let (cold, hot): (Vec<_>, Vec<_>) = (cold.iter().collect(), vec![&hot; 12]);
+        let (mut tc, mut th) = (Vec::new(), Vec::new());
+        for _ in 0..9 {
+            let t = Instant::now();
+            forward(&cold, &mut c);
+            tc.push(t.elapsed().as_secs_f64());
+            let t = Instant::now();
+            forward(&hot, &mut c);
+            th.push(t.elapsed().as_secs_f64());
+        }
+        let flops = 12.0 * 2.0 * 128.0 * shapes.iter().map(|&(k, n)| (k * n) as f64).sum::<f64>();
+        report("bert layers, weights from memory", flops, median(&mut tc));
+        report("bert layers, weights in cache", flops, median(&mut th));
+    }
+
     // One level of Strassen's algorithm (weights packed once as its seven sums) against the
     // plain packed GEMM on bert-base's products, alternated.
     if kiln_cpu::gemm::supported() {

@@ -117,6 +117,8 @@ fn threads_split_rows_and_panels() {
     pool.install(|| {
         // Many rows (split by rows, past one 120-row block), then few (split by panels).
         check(250, 200, 300, 300, 200);
+        // bert's 128 rows: 64 a thread, each part ending in a 4-row tile.
+        check(128, 200, 300, 300, 200);
         check(2, 1000, 300, 300, 1000);
         check(7, 333, 513, 520, 340);
     });
