@@ -51,7 +51,10 @@ pub fn worth(m: usize, k: usize, n: usize) -> bool {
 /// (2 cores, ~86 GFLOP/s) bert-base's products took ~10% less time, on a Zen 3 one (~177
 /// GFLOP/s, the same ~18 GB/s of memory bandwidth) 6-9% more (`kiln bench bert-base --profile
 /// 63`, each setting twice, alternated: products 191.6 and 168.7 ms by Strassen against 180.7
-/// and 154.3 plain). Read once per process, or set by [`force`].
+/// and 154.3 plain). Not for the memory: there the plain products ran within 2% of the same on
+/// weights in cache (`bert layers` in benches/kernels.rs), so it is this form's own overhead
+/// (seven half-depth products, each a parallel step, and the pass adding them up) that the
+/// faster FMA units no longer hide. Read once per process, or set by [`force`].
 pub fn enabled() -> bool {
     match MODE.load(Ordering::Relaxed) {
         ON => true,
