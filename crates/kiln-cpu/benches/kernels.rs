@@ -141,7 +141,6 @@ fn main() {
         let cold: Vec<Vec<kiln_cpu::gemm::PackedB>> = (0..12).map(layer).collect();
         let hot = layer(99);
         let x = tensor(&[128, 3072], 1).to_vec::<f32>().expect("f32");
-        let mut c = vec![0.0f32; 128 * 3072];
         let forward = |layers: &[&Vec<kiln_cpu::gemm::PackedB>], c: &mut [f32]| {
             rayon::scope(|_| {
                 kiln_cpu::par::run_awake(|| {
@@ -155,18 +154,11 @@ fn main() {
             })
         };
         let (cold, hot): (Vec<_>, Vec<_>) = (cold.iter().collect(), vec![&hot; 12]);
-        let (mut tc, mut th) = (Vec::new(), Vec::new());
-        for _ in 0..9 {
-            let t = Instant::now();
-            forward(&cold, &mut c);
-            tc.push(t.elapsed().as_secs_f64());
-            let t = Instant::now();
-            forward(&hot, &mut c);
-            th.push(t.elapsed().as_secs_f64());
-        }
+        let (mut c, mut d) = (vec![0.0f32; 128 * 3072], vec![0.0f32; 128 * 3072]);
+        let (tc, th) = alternated_medians(9, || forward(&cold, &mut c), || forward(&hot, &mut d));
         let flops = 12.0 * 2.0 * 128.0 * shapes.iter().map(|&(k, n)| (k * n) as f64).sum::<f64>();
-        report("bert layers, weights from memory", flops, median(&mut tc));
-        report("bert layers, weights in cache", flops, median(&mut th));
+        report("bert layers, weights from memory", flops, tc);
+        report("bert layers, weights in cache", flops, th);
     }
 
     // One level of Strassen's algorithm (weights packed once as its seven sums) against the
