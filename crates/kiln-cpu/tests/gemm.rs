@@ -387,17 +387,36 @@ fn strassen_declines_an_a_with_nan_or_inf() {
     }
     // Strassen's first product adds row r of `a` to row r + m/2: an infinity in one would
     // turn the other's results to NaN. Such an `a` is left to the plain product.
-    let (m, n, k) = (8, 32, 16);
+    // The check runs on the packed sums of `a`'s quadrants: a bad value in any quadrant, of
+    // an even or odd `m`, and in the same place of two quadrants (inf - inf) must show there.
+    let (n, k) = (32, 16);
     let b = values(k * n, 4);
     let split = gemm::strassen::StrassenB::pack_rows(k, n, &b).expect("even k and n");
-    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-        let mut a = values(m * k, 3);
-        a[5 * k + 9] = bad;
-        let mut c = vec![SENTINEL; m * n];
-        // SAFETY: dense operands of the stated sizes.
-        assert!(!unsafe { gemm::strassen::gemm(m, a.as_ptr(), k, &split, c.as_mut_ptr(), n) });
-        assert!(c.iter().all(|&v| v == SENTINEL), "a declined product wrote c");
+    for m in [8usize, 7] {
+        let h = m.div_ceil(2);
+        // (row, column) in each quadrant, and a top and a bottom value at the same spot.
+        let spots: [&[(usize, usize)]; 5] = [&[(1, 2)], &[(2, 9)], &[(h, 3)], &[(m - 1, 15)], &[(0, 9), (h, 9)]];
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for spot in spots {
+                let mut a = values(m * k, 3);
+                for &(r, j) in spot {
+                    a[r * k + j] = bad;
+                }
+                let mut c = vec![SENTINEL; m * n];
+                // SAFETY: dense operands of the stated sizes.
+                assert!(!unsafe { gemm::strassen::gemm(m, a.as_ptr(), k, &split, c.as_mut_ptr(), n) }, "m {m}, {bad} at {spot:?}");
+                assert!(c.iter().all(|&v| v == SENTINEL), "a declined product wrote c");
+            }
+        }
     }
+    // A declined call of 12 rows leaves a NaN in lane 5 of the packed sums' first tile; a
+    // call of 8 rows (4 a tile) must not read that lane as its own.
+    let mut a = values(12 * k, 3);
+    a[5 * k] = f32::NAN;
+    let mut c = vec![SENTINEL; 12 * n];
+    // SAFETY: dense operands of the stated sizes.
+    assert!(!unsafe { gemm::strassen::gemm(12, a.as_ptr(), k, &split, c.as_mut_ptr(), n) });
+    check_strassen(8, n, k, k, (n, 1), n);
 }
 
 #[test]

@@ -61,6 +61,7 @@ pub(super) unsafe fn block(
                             ldc,
                             cols: 0,
                             acc,
+                            also: None,
                         };
                         t.sweep(ROWS.min(r1 - i), q1 - q0, k * PANEL, n - q0 * PANEL, 0, wide);
                     }
@@ -68,6 +69,14 @@ pub(super) unsafe fn block(
             }
         }
     }
+}
+
+/// Where [`block_a`] puts its sums: over `c`, or added to it with `acc`, and into `also` too
+/// (an [`Also`] there starts at `c`'s row 0 and column 0, its `rows` counted from row 0).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Out {
+    pub(super) acc: bool,
+    pub(super) also: Option<Also>,
 }
 
 /// Row tiles `tiles`, columns `cols` of `c = a @ b` for a packed `a` (see
@@ -81,11 +90,12 @@ pub(super) unsafe fn block(
 /// tile's 6 x 256 slice of `a` stays in L1 while it meets the block's panels, and its rows of
 /// `c` stay in L1 between depth passes. (Sweeping every tile per 256 rows of `b` sent `c` through memory
 /// once a pass when it outgrew L2: a 1x1 512->2048 conv on a 7x7 image, whose `c` is 400 KB,
-/// ran at 60% of the speed of the 2048->512 one, whose `c` is 100 KB.)
+/// ran at 60% of the speed of the 2048->512 one, whose `c` is 100 KB.) `out` says whether
+/// the sums are added to `c` and where else they go (Strassen's products).
 ///
 /// # Safety
-/// As [`super::gemm_a`] or [`super::gemm_a_panels`], by `b`; the CPU has AVX2 and FMA, and
-/// AVX-512F with `wide`.
+/// As [`super::gemm_a`] or [`super::gemm_a_panels`], by `b`, for `c` and `out`'s block; the
+/// CPU has AVX2 and FMA, and AVX-512F with `wide`.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn block_a(
@@ -98,6 +108,7 @@ pub(super) unsafe fn block_a(
     ldc: usize,
     wide: bool,
     then: super::Then,
+    out: Out,
 ) {
     let (m, k) = (a.m, a.k);
     if cols.is_empty() {
@@ -155,7 +166,13 @@ pub(super) unsafe fn block_a(
                             c: c.add(i * ldc + q0 * PANEL),
                             ldc,
                             cols: 0,
-                            acc: k0 > 0,
+                            acc: k0 > 0 || out.acc,
+                            also: out.also.map(|o| Also {
+                                c: o.c.add(i * ldc + q0 * PANEL),
+                                acc: k0 > 0 || o.acc,
+                                rows: o.rows.saturating_sub(i),
+                                ..o
+                            }),
                         };
                         t.sweep(ROWS.min(m - i), q1 - q0, step, read.len(), skip, wide);
                     }
@@ -214,7 +231,7 @@ unsafe fn pack_b(packed: &mut [f32], b: *const f32, rs: isize, cs: isize, depth:
 ///
 /// # Safety
 /// `a`'s terms hold those rows and columns; `packed` has room for them.
-unsafe fn pack_a(packed: &mut [f32], a: Lhs, rows: Range<usize>, k0: usize, depth: usize) {
+pub(super) unsafe fn pack_a(packed: &mut [f32], a: Lhs, rows: Range<usize>, k0: usize, depth: usize) {
     // Row `g` of a term from column k0, if the term has that row.
     let row = |t: super::Term, g: usize| {
         // SAFETY: row g < t.rows of the term, columns k0..k0+depth (the caller's contract).
@@ -222,13 +239,14 @@ unsafe fn pack_a(packed: &mut [f32], a: Lhs, rows: Range<usize>, k0: usize, dept
     };
     for (t, i) in rows.clone().step_by(ROWS).enumerate() {
         let tile = &mut packed[t * ROWS * depth..(t + 1) * ROWS * depth];
-        // A whole tile of one block (every product but Strassen's): 8 columns at a time by a
-        // transpose in registers. Strided scalar stores took ~0.9 ns a value, 1.8% of
-        // bert-base's forward samples (0.9% now).
-        let whole = a.second.is_none() && a.first.sign == 1.0 && i + ROWS <= rows.end && i + ROWS <= a.first.rows;
+        // A whole tile (of one block, or a sum of two for Strassen's products): 8 columns at a
+        // time by a transpose in registers. Strided scalar stores took ~0.9 ns a value, 1.8%
+        // of bert-base's forward samples (0.9% now).
+        let whole = i + ROWS <= rows.end && i + ROWS <= a.first.rows && a.second.is_none_or(|t| i + ROWS <= t.rows);
         let done = if whole {
-            // SAFETY: rows i..i+6 of the block, columns k0..k0+depth (the caller's contract).
-            unsafe { transpose_rows(tile, a.first.a.add(i * a.lda + k0), a.lda, depth) }
+            let at = |t: super::Term| (t.a.wrapping_add(i * a.lda + k0), t.sign);
+            // SAFETY: rows i..i+6 of each term, columns k0..k0+depth (the caller's contract).
+            unsafe { transpose_rows(tile, at(a.first), a.second.map(at), a.lda, depth) }
         } else {
             0
         };
@@ -249,22 +267,30 @@ unsafe fn pack_a(packed: &mut [f32], a: Lhs, rows: Range<usize>, k0: usize, dept
     }
 }
 
-/// Writes columns `0..done` of 6 rows (`lda` apart from `a`) into `tile` as `[column][6]`,
-/// 8 columns at a time, and returns `done`: a multiple of 8 that leaves at least one column
-/// to the caller, as each group's last store runs 2 values past the group into the next
-/// column, which the caller (or the next group) then writes.
+/// Writes columns `0..done` of 6 rows (`lda` apart from `a.0`, times `a.1`, plus those of
+/// `b` times its sign when given) into `tile` as `[column][6]`, 8 columns at a time, and
+/// returns `done`: a multiple of 8 that leaves at least one column to the caller, as each
+/// group's last store runs 2 values past the group into the next column, which the caller
+/// (or the next group) then writes. The signs are 1 or -1, so each value is rounded as the
+/// scalar `sa * x + sb * y` rounds it.
 ///
 /// # Safety
-/// Rows 0..6 of `a` hold `depth` values each; `tile` holds `6 * depth`; the CPU has AVX2.
-#[target_feature(enable = "avx2")]
-unsafe fn transpose_rows(tile: &mut [f32], a: *const f32, lda: usize, depth: usize) -> usize {
+/// Rows 0..6 of `a` (and `b`) hold `depth` values each; `tile` holds `6 * depth`; the CPU has
+/// AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose_rows(tile: &mut [f32], a: (*const f32, f32), b: Option<(*const f32, f32)>, lda: usize, depth: usize) -> usize {
     debug_assert!(tile.len() >= ROWS * depth);
     let mut j = 0;
     while j + 8 < depth {
         // SAFETY (whole block): columns j..j+8 of rows 0..6 lie inside the rows (j + 8 <
         // depth); the stores end at 6 (j + 7) + 8 = 6 (j + 8) + 2 <= 6 depth (j + 8 < depth).
         unsafe {
-            let row = |r: usize| _mm256_loadu_ps(a.add(r * lda + j));
+            let load = |(p, sign): (*const f32, f32), r: usize| _mm256_mul_ps(_mm256_loadu_ps(p.add(r * lda + j)), _mm256_set1_ps(sign));
+            let row = |r: usize| match b {
+                None if a.1 == 1.0 => _mm256_loadu_ps(a.0.add(r * lda + j)),
+                None => load(a, r),
+                Some(b) => _mm256_fmadd_ps(_mm256_loadu_ps(b.0.add(r * lda + j)), _mm256_set1_ps(b.1), load(a, r)),
+            };
             let (r0, r1, r2, r3, r4, r5) = (row(0), row(1), row(2), row(3), row(4), row(5));
             // The 8 x 8 transpose of rows 0..5 and two rows of zeros.
             let z = _mm256_setzero_ps();
@@ -332,9 +358,33 @@ pub(super) struct Tile {
     pub(super) ldc: usize,
     pub(super) cols: usize,
     pub(super) acc: bool,
+    /// A second block of `c` the tile's sums also go to (Strassen's products, see [`Also`]).
+    pub(super) also: Option<Also>,
+}
+
+/// A second block of `c` (rows `ldc` apart, as the first) that a tile's sums go to as well,
+/// times `sign`: each of Strassen's seven products is added into one or two quadrants of `c`
+/// (see `strassen.rs`), written by the tile that computed it while it is in registers, so no
+/// pass of its own adds them up.
+#[derive(Clone, Copy)]
+pub(super) struct Also {
+    /// The block's element in the tile's first row and first column.
+    pub(super) c: *mut f32,
+    /// 1 or -1.
+    pub(super) sign: f32,
+    /// Added to the block, else stored over it.
+    pub(super) acc: bool,
+    /// The tile's rows that the block has (an odd `m` leaves the bottom quadrants a row short).
+    pub(super) rows: usize,
 }
 
 impl Tile {
+    /// The tile moved `db` values along `b` and `dc` columns along `c` (and its [`Also`]).
+    fn at(&self, db: usize, dc: usize) -> Tile {
+        let also = self.also.map(|o| Also { c: o.c.wrapping_add(dc), ..o });
+        Tile { b: self.b.wrapping_add(db), c: self.c.wrapping_add(dc), also, ..*self }
+    }
+
     /// Runs the tile's first `rows` rows of `a` against `panels` panels of `b` from the one at
     /// `self.b` (each `step` values after the last), whose columns start at `self.c` and span
     /// `width` columns in all (the last panel may be narrower than 16), the first `skip` of
@@ -345,15 +395,14 @@ impl Tile {
     /// # Safety
     /// As [`Tile::run_k`] for every panel; `wide` only on a CPU with AVX-512F.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn sweep(mut self, rows: usize, panels: usize, step: usize, width: usize, skip: usize, wide: bool) {
+    unsafe fn sweep(self, rows: usize, panels: usize, step: usize, width: usize, skip: usize, wide: bool) {
         if skip > 0 && panels > 0 {
             // SAFETY: the first panel's columns past `skip` and the panels after it are inside
             // the operands (the caller's contract).
             unsafe {
-                let half = Tile { b: self.b.add(skip), c: self.c.add(skip), cols: PANEL.min(width) - skip, ..self };
+                let half = Tile { cols: PANEL.min(width) - skip, ..self.at(skip, skip) };
                 half.run(rows);
-                let rest = Tile { b: self.b.add(step), c: self.c.add(PANEL), ..self };
-                return rest.sweep(rows, panels - 1, step, width.saturating_sub(PANEL), 0, wide);
+                return self.at(step, PANEL).sweep(rows, panels - 1, step, width.saturating_sub(PANEL), 0, wide);
             }
         }
         let whole = panels.min(width / PANEL);
@@ -364,21 +413,14 @@ impl Tile {
                 // SAFETY: panels p..p+group are whole and inside the operands (the caller's
                 // contract); the caller vouched for AVX-512F.
                 unsafe {
-                    let t = Tile { b: self.b.add(p * step), c: self.c.add(p * PANEL), ..self };
-                    super::avx512::run(&t, rows, group, step);
+                    super::avx512::run(&self.at(p * step, p * PANEL), rows, group, step);
                 }
                 p += group;
             }
         }
-        let (b, c) = (self.b, self.c);
         for p in p..panels {
             // SAFETY: panel p is inside the operands (the caller's contract).
-            unsafe {
-                self.b = b.add(p * step);
-                self.c = c.add(p * PANEL);
-                self.cols = PANEL.min(width - p * PANEL);
-                self.run(rows);
-            }
+            unsafe { Tile { cols: PANEL.min(width - p * PANEL), ..self.at(p * step, p * PANEL) }.run(rows) };
         }
     }
 
@@ -412,7 +454,7 @@ impl Tile {
                 // One vector and one column (25 pixels, half of a 7x7 image, in a 16-column
                 // panel and a 9-column one): 7 multiply-adds a step of `k`, not 12.
                 Tile { cols: PANEL / 2, ..*self }.run(rows);
-                Tile { b: self.b.add(PANEL / 2), c: self.c.add(PANEL / 2), cols: 1, ..*self }.run_column(rows)
+                Tile { cols: 1, ..self.at(PANEL / 2, PANEL / 2) }.run_column(rows)
             } else if self.cols <= PANEL / 2 {
                 by_rows!(1: 2 2 2 2 4 4)
             } else {
@@ -479,9 +521,43 @@ impl Tile {
         // SAFETY: `tmp` holds 8 values; rows r < rows of the tile's column are inside `c`.
         unsafe {
             _mm256_storeu_ps(tmp.as_mut_ptr(), sum);
-            for (r, v) in tmp[..rows].iter().enumerate() {
-                let dst = self.c.add(r * self.ldc);
-                *dst = if self.acc { *dst + v } else { *v };
+            for (r, &v) in tmp[..rows].iter().enumerate() {
+                self.put(r, 0, v);
+            }
+        }
+    }
+
+    /// Stores (or adds) `v`, the tile's sum at row `r`, column `j`, into `c` and its [`Also`].
+    ///
+    /// # Safety
+    /// Row `r`, column `j` is inside the tile's blocks of `c`.
+    #[inline(always)]
+    unsafe fn put(&self, r: usize, j: usize, v: f32) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let dst = self.c.add(r * self.ldc + j);
+            *dst = if self.acc { *dst + v } else { v };
+            if let Some(o) = self.also.filter(|o| r < o.rows) {
+                let dst = o.c.add(r * self.ldc + j);
+                *dst = if o.acc { *dst + o.sign * v } else { o.sign * v };
+            }
+        }
+    }
+
+    /// Stores (or adds) `v`, the tile's sums at row `r` from column `j`, into `c` and its
+    /// [`Also`].
+    ///
+    /// # Safety
+    /// Row `r`, columns `j..j + 8` are inside the tile's blocks of `c`; the CPU has AVX2.
+    #[inline(always)]
+    unsafe fn put8(&self, r: usize, j: usize, v: __m256) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let dst = self.c.add(r * self.ldc + j);
+            _mm256_storeu_ps(dst, if self.acc { _mm256_add_ps(v, _mm256_loadu_ps(dst)) } else { v });
+            if let Some(o) = self.also.filter(|o| r < o.rows) {
+                let (dst, v) = (o.c.add(r * self.ldc + j), _mm256_mul_ps(v, _mm256_set1_ps(o.sign)));
+                _mm256_storeu_ps(dst, if o.acc { _mm256_add_ps(v, _mm256_loadu_ps(dst)) } else { v });
             }
         }
     }
@@ -537,21 +613,17 @@ impl Tile {
                 }
             }
             for (r, acc) in s.iter().enumerate() {
-                let row = self.c.add(r * self.ldc);
                 if self.cols == 8 * V {
                     for (v, &a) in acc.iter().enumerate() {
-                        let dst = row.add(8 * v);
-                        let a = if self.acc { _mm256_add_ps(a, _mm256_loadu_ps(dst)) } else { a };
-                        _mm256_storeu_ps(dst, a);
+                        self.put8(r, 8 * v, a);
                     }
                 } else {
                     let mut tmp = [0.0f32; PANEL];
                     for (v, &a) in acc.iter().enumerate() {
                         _mm256_storeu_ps(tmp.as_mut_ptr().add(8 * v), a);
                     }
-                    for (j, v) in tmp[..self.cols].iter().enumerate() {
-                        let dst = row.add(j);
-                        *dst = if self.acc { *dst + v } else { *v };
+                    for (j, &v) in tmp[..self.cols].iter().enumerate() {
+                        self.put(r, j, v);
                     }
                 }
             }

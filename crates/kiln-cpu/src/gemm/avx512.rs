@@ -86,11 +86,13 @@ unsafe fn run_k<const R: usize, const P: usize, const S: usize>(t: &Tile, step: 
             }
         }
         for (r, acc) in s.iter().enumerate() {
-            let row = t.c.add(r * t.ldc);
             for (p, &a) in acc.iter().enumerate() {
-                let dst = row.add(p * super::PANEL);
-                let a = if t.acc { _mm512_add_ps(a, _mm512_loadu_ps(dst)) } else { a };
-                _mm512_storeu_ps(dst, a);
+                let dst = t.c.add(r * t.ldc + p * super::PANEL);
+                _mm512_storeu_ps(dst, if t.acc { _mm512_add_ps(a, _mm512_loadu_ps(dst)) } else { a });
+                if let Some(o) = t.also.filter(|o| r < o.rows) {
+                    let (dst, a) = (o.c.add(r * t.ldc + p * super::PANEL), _mm512_mul_ps(a, _mm512_set1_ps(o.sign)));
+                    _mm512_storeu_ps(dst, if o.acc { _mm512_add_ps(a, _mm512_loadu_ps(dst)) } else { a });
+                }
             }
         }
     }

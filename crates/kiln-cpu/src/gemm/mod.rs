@@ -582,7 +582,7 @@ impl JobA<'_> {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `gemm_a`'s caller vouched for the operands; `gemm_a` checked the CPU.
         unsafe {
-            avx2::block_a(tiles, cols, self.a, self.n, self.b, self.c, self.ldc, wide(), self.then)
+            avx2::block_a(tiles, cols, self.a, self.n, self.b, self.c, self.ldc, wide(), self.then, avx2::Out::default())
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (tiles, cols);

@@ -4,17 +4,19 @@
 //! doing fewer multiply-adds is what is left to gain.
 //!
 //! The sums of `b`'s quadrants are packed once with the weights (1.75 times their size); the
-//! sums of `a`'s quadrants are formed as the GEMM packs `a` (see [`Lhs`]), so they cost no pass
-//! of their own. Four products are written into `c`'s quadrants, three into scratch, and one
-//! pass over `c` adds them up.
+//! sums of `a`'s quadrants are packed per call, as the GEMM packs `a` (see [`Lhs`]). Each
+//! tile of a product adds its sums straight into the one or two quadrants of `c` the product
+//! belongs to (see `avx2::Also`), so no scratch and no pass over `c` adds the products up.
 //!
 //! Rounding: each element of `c` is a sum of products of sums of two elements, so its error
 //! bound is a small multiple of the plain product's (the same sort of trade as the Winograd
 //! convs'). It runs where [`enabled`] says: by default only on cores whose FMA units are half
 //! width (Zen 1), where the multiply-adds it saves outweigh the larger weights it reads.
 
-use super::{Lhs, PackedB, Term, gemm_lhs};
-use std::sync::atomic::{AtomicU8, Ordering};
+use super::avx2::{self, Also, Out};
+use super::{Lhs, PAR_WORK, PackedA, PackedB, ROWS, Rhs, Term, Then, even_columns};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 /// Quadrants of a matrix split in halves both ways: 0 = top left, 1 = top right, 2 = bottom
 /// left, 3 = bottom right.
@@ -33,10 +35,6 @@ const PRODUCTS: [(Sum, Sum); 7] = [
     (&[(1, 1.0), (3, -1.0)], &[(2, 1.0), (3, 1.0)]),
 ];
 
-/// The quadrant of `c` that each of `M7`, `M3`, `M2`, `M6` is written into before the sums
-/// (the one whose sum it starts); the others go to scratch.
-const IN_PLACE: [(usize, usize); 4] = [(6, 0), (2, 1), (1, 2), (5, 3)];
-
 /// True when kiln runs products by a constant `[k, n]` on `m` rows by Strassen's algorithm:
 /// where it is [`enabled`], for even `k` and `n` and every dim large enough that the half-size
 /// products keep the GEMM's rate.
@@ -53,8 +51,12 @@ pub fn worth(m: usize, k: usize, n: usize) -> bool {
 /// 63`, each setting twice, alternated: products 191.6 and 168.7 ms by Strassen against 180.7
 /// and 154.3 plain). Not for the memory: there the plain products ran within 2% of the same on
 /// weights in cache (`bert layers` in benches/kernels.rs), so it is this form's own overhead
-/// (seven half-depth products, each a parallel step, and the pass adding them up) that the
-/// faster FMA units no longer hide. Read once per process, or set by [`force`].
+/// that the faster FMA units no longer hide. With the products fused into one step that adds
+/// each straight into its quadrants (see [`gemm`]), Zen 3 still gains nothing on 2 threads:
+/// Strassen/plain 0.98-1.01 per bert shape (`cargo bench -p kiln-cpu --bench kernels --
+/// strassen`; the unfused form 0.96-1.08 in the same runs), and on bert-base's whole forward
+/// 0.94-1.04 over seven runs of `cargo run --release -p kiln --example strassen_ab`; on one
+/// thread 0.90 (20 pairs). Read once per process, or set by [`force`].
 pub fn enabled() -> bool {
     match MODE.load(Ordering::Relaxed) {
         ON => true,
@@ -157,34 +159,36 @@ impl StrassenB {
     }
 }
 
-thread_local! {
-    /// [`gemm`]'s scratch for the products not written into `c`, reused across calls.
-    static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
 /// `c[m, n] = a[m, k] @ b` (row strides `lda`, `ldc`; unit column strides) by one level of
-/// Strassen's algorithm, each product on [`super::gemm`]'s threads; true when done. An odd
-/// `m` is split `m.div_ceil(2)` over the rest, the missing row of the bottom half read as
-/// zeros. False, with nothing written, when `a` holds an infinity or NaN: the sums would carry
-/// it into other rows (`M1` adds row `r` of `a` to row `r + m / 2`) and other columns' results
-/// (NaN from inf - inf where the plain product gives inf), so the caller runs the plain product.
+/// Strassen's algorithm; true when done. An odd `m` is split `m.div_ceil(2)` over the rest,
+/// the missing row of the bottom half read as zeros. False, with nothing written, when `a`
+/// holds an infinity or NaN: the sums would carry it into other rows (`M1` adds row `r` of `a`
+/// to row `r + m / 2`) and other columns' results (NaN from inf - inf where the plain product
+/// gives inf), so the caller runs the plain product.
+///
+/// Two parallel steps. The first packs the seven sums of `a`'s quadrants once, tile by tile
+/// (as [`PackedA`]s), and checks them finite. In the second each thread takes an even share
+/// of the half-width columns and runs all seven products on them in turn, each tile adding its
+/// sums straight into the one or two quadrants of `c` its product belongs to
+/// ([`DESTINATIONS`]). So each thread computes all `m / 2` rows of a product (bert's 64: ten
+/// 6-row tiles and a 4-row one), where splitting each product's rows left 32 a thread and a
+/// 2-row tile that runs at half speed. (Each thread packing the sums it needs itself, a block
+/// at a time as the plain product packs, duplicated that work and measured slower; the
+/// shared packing's stores miss the cache for big products, ~0.16 ms a call on bert-base.)
 ///
 /// # Safety
 /// As [`super::gemm`].
 #[must_use]
 pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &StrassenB, c: *mut f32, ldc: usize) -> bool {
+    assert!(super::supported(), "kiln_cpu::gemm needs AVX2 and FMA");
     let (h, kh, nh) = (m.div_ceil(2), b.k / 2, b.n / 2);
     if m == 0 || nh == 0 {
         return true;
     }
-    // SAFETY: the caller's contract.
-    if (0..m).any(|i| !all_finite(unsafe { std::slice::from_raw_parts(a.add(i * lda), b.k) })) {
-        return false;
-    }
-    let bottom = m - h;
+    let (bottom, a) = (m - h, a as usize);
     // Quadrant q of `a` as a term of a sum.
-    let quadrant = |q: usize, sign: f32| Term {
-        a: a.wrapping_add(q / 2 * h * lda + q % 2 * kh),
+    let quadrant = move |q: usize, sign: f32| Term {
+        a: (a as *const f32).wrapping_add(q / 2 * h * lda + q % 2 * kh),
         sign,
         rows: if q < 2 { h } else { bottom },
     };
@@ -193,36 +197,91 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &StrassenB, c: *mut f
         first: quadrant(sum[0].0, sum[0].1),
         second: sum.get(1).map(|&(q, s)| quadrant(q, s)),
     };
-    // Where each product goes: a quadrant of `c` (rows `ldc` apart) or scratch (`nh` apart).
-    // The bottom quadrants have `h` rows only when `m` is even.
-    let scratch_len = (7 - IN_PLACE.len() + if bottom < h { 2 } else { 0 }) * h * nh;
-    let mut scratch = SCRATCH.take();
-    if scratch.len() < scratch_len {
-        scratch.resize(scratch_len, 0.0);
+    // A product that goes only to the bottom quadrants needs only their rows.
+    let rows = |p: usize| if DESTINATIONS[p].0 < 2 { h } else { bottom };
+    let big = m * b.k * b.n >= 8 * PAR_WORK;
+    let mut sums = SUMS.take();
+    sums.resize_with(PRODUCTS.len(), || PackedA { m: 0, k: 0, data: Vec::new() });
+    let tiles = h.div_ceil(ROWS);
+    for (p, sum) in sums.iter_mut().enumerate() {
+        (sum.m, sum.k) = (rows(p), kh);
+        // Never shrunk: bert's products alternate between two depths, and growing back
+        // zeroed megabytes on every forward.
+        if sum.data.len() < tiles * ROWS * kh {
+            sum.data.resize(tiles * ROWS * kh, 0.0);
+        }
     }
-    let corner = |q: usize| c.wrapping_add(q / 2 * h * ldc + q % 2 * nh);
-    let mut slots = [(std::ptr::null_mut::<f32>(), 0usize); 7];
-    let mut free = scratch.as_mut_ptr();
-    for (i, slot) in slots.iter_mut().enumerate() {
-        *slot = match IN_PLACE.iter().find(|&&(p, _)| p == i) {
-            Some(&(_, q)) if q < 2 || bottom == h => (corner(q), ldc),
-            _ => {
-                let s = free;
-                free = free.wrapping_add(h * nh);
-                (s, nh)
-            }
+    let to: Vec<usize> = sums.iter_mut().map(|s| s.data.as_mut_ptr() as usize).collect();
+    // Every value of `a` is in some sum, alone or beside a finite one where it is finite
+    // itself, so finite sums mean a finite `a` (sums that overflow are declined too).
+    let finite = AtomicBool::new(true);
+    let pack = |i: usize| {
+        let (p, t) = (i / tiles, i % tiles);
+        let r = t * ROWS..((t + 1) * ROWS).min(rows(p));
+        if r.is_empty() {
+            return;
+        }
+        // SAFETY: tile t of sum p's buffer, written by this task alone; the terms' rows and
+        // columns are inside `a` (the caller's contract).
+        let tile = unsafe { std::slice::from_raw_parts_mut((to[p] as *mut f32).add(t * ROWS * kh), ROWS * kh) };
+        // SAFETY: as above.
+        unsafe { avx2::pack_a(tile, lhs(PRODUCTS[p].0), r.clone(), 0, kh) };
+        // A short tile's lanes past its rows hold whatever an earlier call left there.
+        let ok = match r.len() {
+            ROWS => all_finite(tile),
+            n => tile.chunks_exact(ROWS).all(|g| g[..n].iter().all(|x| x.is_finite())),
         };
+        if !ok {
+            finite.store(false, Ordering::Relaxed);
+        }
+    };
+    let all = PRODUCTS.len() * tiles;
+    if big { crate::par::for_each_task(all, pack) } else { (0..all).for_each(pack) }
+    if !finite.into_inner() {
+        SUMS.set(sums);
+        return false;
     }
-    for (i, &(sum, _)) in PRODUCTS.iter().enumerate() {
-        // SAFETY: each term's rows and columns are inside `a` (the caller's contract); the slot
-        // holds h rows of nh values (a quadrant of `c` or scratch).
-        unsafe { gemm_lhs(h, lhs(sum), &b.parts[i], slots[i].0, slots[i].1) };
-    }
-    // SAFETY: the slots hold the products, `c` the caller's m rows.
-    unsafe { combine(m, h, nh, &slots, c, ldc) };
-    SCRATCH.set(scratch);
+    let corner = |q: usize| q / 2 * h * ldc + q % 2 * nh;
+    let (c, sums_ref) = (c as usize, &sums);
+    let run = |cols: Range<usize>| {
+        let c = c as *mut f32;
+        // Quadrants these columns were written in: the next product adds to them.
+        let mut written = [false; 4];
+        for (p, &(first, second)) in DESTINATIONS.iter().enumerate() {
+            let also = second.map(|(q, sign)| Also { c: c.wrapping_add(corner(q)), sign, acc: written[q], rows: if q < 2 { h } else { bottom } });
+            let out = Out { acc: written[first], also };
+            let panels = Rhs::Panels(b.parts[p].values().as_ptr());
+            // SAFETY: sum p's tiles hold rows(p) rows of kh values; part p's panels kh rows
+            // of nh columns; the quadrants rows(p) (and `also`'s rows) rows of nh values of
+            // `c`, of which these calls write only `cols`.
+            unsafe {
+                let sum = &sums_ref[p];
+                let place = c.wrapping_add(corner(first));
+                avx2::block_a(0..sum.m.div_ceil(ROWS), cols.clone(), sum, nh, panels, place, ldc, super::wide(), Then::default(), out);
+            }
+            written[first] = true;
+            if let Some((q, _)) = second {
+                written[q] = true;
+            }
+        }
+    };
+    let threads = if big { rayon::current_num_threads().min(nh.div_ceil(8)) } else { 1 };
+    crate::par::for_each_task(threads, |i| run(even_columns(nh, threads, i)));
+    SUMS.set(sums);
     true
 }
+
+thread_local! {
+    /// [`gemm`]'s seven packed sums of `a`'s quadrants, kept per calling thread across calls.
+    static SUMS: std::cell::Cell<Vec<PackedA>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// For each of [`PRODUCTS`], the quadrant of `c` it is added into (with sign 1) and the one it
+/// is also added into, with its sign: `C0 = M1 + M4 - M5 + M7`, `C1 = M3 + M5`, `C2 = M2 +
+/// M4`, `C3 = M1 - M2 + M3 + M6`. Every quadrant is first written by a product's first
+/// destination or `M1`'s second, which store over it; the rest add.
+const DESTINATIONS: [(usize, Option<(usize, f32)>); 7] =
+    [(0, Some((3, 1.0))), (2, Some((3, -1.0))), (1, Some((3, 1.0))), (0, Some((2, 1.0))), (1, Some((0, -1.0))), (3, None), (0, None)];
 
 /// True when no value of `v` is infinite or NaN (checked 8 lanes at a time, which vectorises).
 fn all_finite(v: &[f32]) -> bool {
@@ -234,50 +293,6 @@ fn all_finite(v: &[f32]) -> bool {
     }
     // x * 0 is 0 for a finite x, NaN otherwise; a NaN survives every sum.
     !(lanes.iter().sum::<f32>() + rest).is_nan()
-}
-
-/// Adds the products up into `c`'s quadrants, rows side by side over the pool; `c` already
-/// holds `M7`, `M3` in its top quadrants and, when `m` is even, `M2`, `M6` in its bottom ones.
-///
-/// # Safety
-/// Each slot holds `h` rows of `nh` values; `c` holds `m` rows of `2 * nh` values `ldc` apart.
-unsafe fn combine(m: usize, h: usize, nh: usize, slots: &[(*mut f32, usize); 7], c: *mut f32, ldc: usize) {
-    let (slots, c) = (slots.map(|(p, ld)| (p as usize, ld)), c as usize);
-    let row = move |i: usize, r: usize| {
-        let (p, ld) = slots[i];
-        // SAFETY: row r < h of slot i (the caller's contract); only read.
-        unsafe { std::slice::from_raw_parts((p as *const f32).add(r * ld), nh) }
-    };
-    const CHUNK: usize = 4;
-    crate::par::for_each_task(h.div_ceil(CHUNK), |t| {
-        for r in t * CHUNK..((t + 1) * CHUNK).min(h) {
-            // SAFETY: rows r and h + r of `c` are distinct rows inside it (r < h); the other
-            // slots read are scratch.
-            let top = unsafe { std::slice::from_raw_parts_mut((c as *mut f32).add(r * ldc), 2 * nh) };
-            let (c0, c1) = top.split_at_mut(nh);
-            let (m1, m4, m5) = (row(0, r), row(3, r), row(4, r));
-            if h + r < m {
-                // SAFETY: as `top`.
-                let bot = unsafe { std::slice::from_raw_parts_mut((c as *mut f32).add((h + r) * ldc), 2 * nh) };
-                let (c2, c3) = bot.split_at_mut(nh);
-                if m % 2 == 1 {
-                    // M2 and M6 are in scratch: start the bottom quadrants with them.
-                    c2.copy_from_slice(row(1, r));
-                    c3.copy_from_slice(row(5, r));
-                }
-                // C3 = M6 + M1 - M2 + M3 while C1 still holds M3 alone; C2 = M2 + M4.
-                for (((d3, d2), &x1), (&x3, &x4)) in c3.iter_mut().zip(c2.iter_mut()).zip(m1).zip(c1.iter().zip(m4)) {
-                    *d3 += x1 - *d2 + x3;
-                    *d2 += x4;
-                }
-            }
-            // C0 = M7 + M1 + M4 - M5; C1 = M3 + M5.
-            for ((d0, d1), ((&x1, &x4), &x5)) in c0.iter_mut().zip(c1.iter_mut()).zip(m1.iter().zip(m4).zip(m5)) {
-                *d0 += x1 + x4 - x5;
-                *d1 += x5;
-            }
-        }
-    });
 }
 
 #[cfg(test)]
