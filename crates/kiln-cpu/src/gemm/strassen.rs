@@ -170,11 +170,14 @@ impl StrassenB {
 /// (as [`PackedA`]s), and checks them finite. In the second each thread takes an even share
 /// of the half-width columns and runs all seven products on them in turn, each tile adding its
 /// sums straight into the one or two quadrants of `c` its product belongs to
-/// ([`DESTINATIONS`]). So each thread computes all `m / 2` rows of a product (bert's 64: ten
-/// 6-row tiles and a 4-row one), where splitting each product's rows left 32 a thread and a
-/// 2-row tile that runs at half speed. (Each thread packing the sums it needs itself, a block
-/// at a time as the plain product packs, duplicated that work and measured slower; the
-/// shared packing's stores miss the cache for big products, ~0.16 ms a call on bert-base.)
+/// ([`DESTINATIONS`]), so no scratch and no pass over `c` adds the products up. Each thread
+/// computes all `m / 2` rows of a product (bert's 64: ten 6-row tiles and a 4-row one).
+/// Measured slower on 2 threads of a Zen 3 VM (`cargo bench -p kiln-cpu --bench kernels --
+/// strassen`): each thread packing the sums it needs itself as the plain product packs (work
+/// done twice), and a split by rows (32 a thread, five 6-row tiles and a 2-row one, each
+/// thread packing its own rows' sums before each product: 1.07-1.11x plain on bert's QKV and
+/// FFN1 where this form ran 0.98-1.01x). The shared packing's stores miss the cache for big
+/// products (~0.16 ms a call on bert-base, 2 threads).
 ///
 /// # Safety
 /// As [`super::gemm`].
@@ -186,11 +189,13 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &StrassenB, c: *mut f
         return true;
     }
     let (bottom, a) = (m - h, a as usize);
+    // Rows of quadrant q (of `a` and of `c`).
+    let height = move |q: usize| if q < 2 { h } else { bottom };
     // Quadrant q of `a` as a term of a sum.
     let quadrant = move |q: usize, sign: f32| Term {
         a: (a as *const f32).wrapping_add(q / 2 * h * lda + q % 2 * kh),
         sign,
-        rows: if q < 2 { h } else { bottom },
+        rows: height(q),
     };
     let lhs = |sum: Sum| Lhs {
         lda,
@@ -198,7 +203,7 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &StrassenB, c: *mut f
         second: sum.get(1).map(|&(q, s)| quadrant(q, s)),
     };
     // A product that goes only to the bottom quadrants needs only their rows.
-    let rows = |p: usize| if DESTINATIONS[p].0 < 2 { h } else { bottom };
+    let rows = |p: usize| height(DESTINATIONS[p].0);
     let big = m * b.k * b.n >= 8 * PAR_WORK;
     let mut sums = SUMS.take();
     sums.resize_with(PRODUCTS.len(), || PackedA { m: 0, k: 0, data: Vec::new() });
@@ -248,7 +253,7 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &StrassenB, c: *mut f
         // Quadrants these columns were written in: the next product adds to them.
         let mut written = [false; 4];
         for (p, &(first, second)) in DESTINATIONS.iter().enumerate() {
-            let also = second.map(|(q, sign)| Also { c: c.wrapping_add(corner(q)), sign, acc: written[q], rows: if q < 2 { h } else { bottom } });
+            let also = second.map(|(q, sign)| Also { c: c.wrapping_add(corner(q)), sign, acc: written[q], rows: height(q) });
             let out = Out { acc: written[first], also };
             let panels = Rhs::Panels(b.parts[p].values().as_ptr());
             // SAFETY: sum p's tiles hold rows(p) rows of kh values; part p's panels kh rows
