@@ -151,9 +151,9 @@ fn gemm_report() -> String {
     let strassen = if !gemm::available() {
         "Strassen's product: off (it runs on kiln's packed GEMM)"
     } else if gemm::strassen::enabled() {
-        "Strassen's product: on (default on Zen 1/Zen+ only; KILN_STRASSEN=0 turns it off)"
+        "Strassen's product: on (default on AMD CPUs without AVX-512; KILN_STRASSEN=0 turns it off)"
     } else {
-        "Strassen's product: off (default on Zen 1/Zen+ only; KILN_STRASSEN=1 turns it on)"
+        "Strassen's product: off (default on AMD CPUs without AVX-512; KILN_STRASSEN=1 turns it on)"
     };
     format!("{tile}; {strassen}")
 }

@@ -372,9 +372,9 @@ fn strassen_matches_the_product_for_odd_rows_edges_strides_and_threads() {
         return;
     }
     // Odd m (the bottom half one row short), halves crossing the 6-row tiles, 16-column
-    // panels and 256-deep blocks, padded strides, b dense and transposed; big enough shapes
-    // that the products split over threads.
-    for (m, n, k) in [(1, 2, 2), (2, 4, 6), (3, 34, 10), (13, 18, 4), (64, 96, 40), (127, 66, 520), (130, 512, 514)] {
+    // panels and depth passes (a half depth of 500 in two passes of 250), padded strides, b
+    // dense and transposed; big enough shapes that the products split over threads.
+    for (m, n, k) in [(1, 2, 2), (2, 4, 6), (3, 34, 10), (13, 18, 4), (64, 96, 40), (127, 66, 520), (130, 512, 514), (71, 64, 1000)] {
         check_strassen(m, n, k, k, (n, 1), n);
         check_strassen(m, n, k, k + 3, (1, k), n + 5);
     }

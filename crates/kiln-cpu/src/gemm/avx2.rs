@@ -77,6 +77,17 @@ pub(super) unsafe fn block(
 pub(super) struct Out {
     pub(super) acc: bool,
     pub(super) also: Option<Also>,
+    /// Steps of `k` per pass of a tile; [`DEPTH`] when 0 (see [`even_depth`]).
+    pub(super) depth: usize,
+}
+
+/// Steps of `k` per pass that split `k` in even passes of at most 384: for Strassen's
+/// products, whose tiles read and add into one or two blocks of `c` after every pass. Their
+/// half depth of 384 (bert's) then runs in one pass, not passes of 256 and 128: Strassen/plain
+/// 0.91-0.94 against 0.99-1.04 on bert's QKV and FFN1, 2 threads (`cargo bench -p kiln-cpu
+/// --bench kernels -- strassen`, alternated runs).
+pub(super) fn even_depth(k: usize) -> usize {
+    k.div_ceil(k.div_ceil(384).max(1)).max(1)
 }
 
 /// Row tiles `tiles`, columns `cols` of `c = a @ b` for a packed `a` (see
@@ -126,7 +137,8 @@ pub(super) unsafe fn block_a(
     };
     let sweep = SWEEP.min(panels.len());
     // Rows of `b` packed at once: whole depth passes, as many as fit the budget.
-    let rows = (B_BLOCK_BYTES / (4 * PANEL * sweep)).max(DEPTH) / DEPTH * DEPTH;
+    let depth = if out.depth > 0 { out.depth } else { DEPTH };
+    let rows = (B_BLOCK_BYTES / (4 * PANEL * sweep)).max(depth) / depth * depth;
     // The packing buffer is kept per thread: freshly allocated, its pages were faulted in
     // (and zeroed by the kernel) on every call.
     let mut packed = PACKED.take();
@@ -154,12 +166,12 @@ pub(super) unsafe fn block_a(
             };
             for t in tiles.clone() {
                 let i = t * ROWS;
-                for k0 in (r0..r1).step_by(DEPTH) {
+                for k0 in (r0..r1).step_by(depth) {
                     // SAFETY: tile t of `a` (k groups of 6) from group k0, rows k0.. of
                     // panels q0..q1 of `b`, rows i.. and the columns of those panels in `c`.
                     unsafe {
                         let t = Tile {
-                            depth: DEPTH.min(r1 - k0),
+                            depth: depth.min(r1 - k0),
                             a: a.data.as_ptr().add((t * k + k0) * ROWS),
                             b: b0.add((k0 - r0) * ldb),
                             ldb,

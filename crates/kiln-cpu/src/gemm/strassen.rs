@@ -10,8 +10,8 @@
 //!
 //! Rounding: each element of `c` is a sum of products of sums of two elements, so its error
 //! bound is a small multiple of the plain product's (the same sort of trade as the Winograd
-//! convs'). It runs where [`enabled`] says: by default only on cores whose FMA units are half
-//! width (Zen 1), where the multiply-adds it saves outweigh the larger weights it reads.
+//! convs'). It runs where [`enabled`] says: by default on AMD's cores without AVX-512, where
+//! the multiply-adds it saves were measured to outweigh its overhead.
 
 use super::avx2::{self, Also, Out};
 use super::{Lhs, PAR_WORK, PackedA, PackedB, ROWS, Rhs, Term, Then, even_columns};
@@ -43,20 +43,17 @@ pub fn worth(m: usize, k: usize, n: usize) -> bool {
 }
 
 /// Whether Strassen's product is on in this process: `KILN_STRASSEN=1` or `0` says so, else it
-/// is on where multiply-adds are the scarce resource, cores that split each 256-bit FMA in
-/// two halves ([`half_width_fma`]). It trades an eighth of the multiply-adds for weights 1.75x
-/// the size, read from memory on every forward (bert-base: 340 -> 595 MB): on a Zen 1 VM
-/// (2 cores, ~86 GFLOP/s) bert-base's products took ~10% less time, on a Zen 3 one (~177
-/// GFLOP/s, the same ~18 GB/s of memory bandwidth) 6-9% more (`kiln bench bert-base --profile
-/// 63`, each setting twice, alternated: products 191.6 and 168.7 ms by Strassen against 180.7
-/// and 154.3 plain). Not for the memory: there the plain products ran within 2% of the same on
-/// weights in cache (`bert layers` in benches/kernels.rs), so it is this form's own overhead
-/// that the faster FMA units no longer hide. With the products fused into one step that adds
-/// each straight into its quadrants (see [`gemm`]), Zen 3 still gains nothing on 2 threads:
-/// Strassen/plain 0.98-1.01 per bert shape (`cargo bench -p kiln-cpu --bench kernels --
-/// strassen`; the unfused form 0.96-1.08 in the same runs), and on bert-base's whole forward
-/// 0.94-1.04 over seven runs of `cargo run --release -p kiln --example strassen_ab`; on one
-/// thread 0.90 (20 pairs). Read once per process, or set by [`force`].
+/// is on for AMD's cores without AVX-512 (Zen 1 to Zen 3, [`default_on`]). It trades an eighth
+/// of the multiply-adds for weights 1.75x the size (bert-base: 340 -> 595 MB read a forward).
+/// On a Zen 1 VM (2 cores, ~86 GFLOP/s) bert-base's products took ~10% less time. On a Zen 3
+/// VM (~150-180 GFLOP/s on 2 cores) the first form, seven products each its own parallel step
+/// and a pass adding them up, cost 6-9% more; fused into one step whose tiles add into the
+/// quadrants of `c` in one pass over the half depth ([`gemm`]), bert-base's whole forward took
+/// 0.92-0.99x the plain one's on 2 threads (six runs of `cargo run --release -p kiln --example
+/// strassen_ab`, 40 alternated pairs each: 0.927, 0.970, 0.993, 0.921, 0.920, 0.918) and 0.90x
+/// on one. Memory is not what limits it: the plain products ran within 2% of the same on
+/// weights in cache (`bert layers` in benches/kernels.rs). Read once per process, or set by
+/// [`force`].
 pub fn enabled() -> bool {
     match MODE.load(Ordering::Relaxed) {
         ON => true,
@@ -65,7 +62,7 @@ pub fn enabled() -> bool {
             let on = match std::env::var("KILN_STRASSEN").as_deref() {
                 Ok("0") => false,
                 Ok(_) => true,
-                Err(_) => half_width_fma(),
+                Err(_) => default_on(),
             };
             MODE.store(if on { ON } else { OFF }, Ordering::Relaxed);
             on
@@ -86,22 +83,12 @@ const UNREAD: u8 = 0;
 const ON: u8 = 1;
 const OFF: u8 = 2;
 
-/// True on AMD's Zen 1 and Zen+ (family 17h, models below 30h), whose FMA units are 128 bits
-/// wide: a 256-bit multiply-add takes both, so the cores peak at half the multiply-adds a
-/// cycle of Zen 2 and later or of Intel's AVX2 cores, while their memory is no slower.
-fn half_width_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return super::vendor_is(b"AuthenticAMD") && zen1(std::arch::x86_64::__cpuid(1).eax);
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// True when an AMD CPU's signature (CPUID leaf 1's `eax`) is family 17h, model below 30h.
-fn zen1(signature: u32) -> bool {
-    let (base, extended) = ((signature >> 8) & 0xf, (signature >> 20) & 0xff);
-    let family = if base == 0xf { base + extended } else { base };
-    let model = ((signature >> 4) & 0xf) | (((signature >> 16) & 0xf) << 4);
-    family == 0x17 && model < 0x30
+/// True on AMD's CPUs without AVX-512F (Zen 1 to Zen 3), where Strassen's product was
+/// measured faster (see [`enabled`]; Zen 2, between the two, was not measured). Off elsewhere:
+/// Intel's AVX-512 CPUs run the `gemm` crate's kernel (see [`super::available`]), and Zen 4's
+/// AVX-512 tile and Intel's AVX2 cores were not measured with it.
+fn default_on() -> bool {
+    super::vendor_is(b"AuthenticAMD") && !super::avx512f()
 }
 
 /// A `[k, n]` right-hand side (`k`, `n` even) packed for [`gemm`]: for each of Strassen's
@@ -254,7 +241,7 @@ pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &StrassenB, c: *mut f
         let mut written = [false; 4];
         for (p, &(first, second)) in DESTINATIONS.iter().enumerate() {
             let also = second.map(|(q, sign)| Also { c: c.wrapping_add(corner(q)), sign, acc: written[q], rows: height(q) });
-            let out = Out { acc: written[first], also };
+            let out = Out { acc: written[first], also, depth: avx2::even_depth(kh) };
             let panels = Rhs::Panels(b.parts[p].values().as_ptr());
             // SAFETY: sum p's tiles hold rows(p) rows of kh values; part p's panels kh rows
             // of nh columns; the quadrants rows(p) (and `also`'s rows) rows of nh values of
@@ -298,16 +285,4 @@ fn all_finite(v: &[f32]) -> bool {
     }
     // x * 0 is 0 for a finite x, NaN otherwise; a NaN survives every sum.
     !(lanes.iter().sum::<f32>() + rest).is_nan()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn zen1_is_told_from_its_signature() {
-        assert!(super::zen1(0x0080_0f12)); // EPYC 7551 (Zen 1): family 17h, model 01h
-        assert!(super::zen1(0x0080_0f82)); // Ryzen 7 2700X (Zen+): model 08h
-        assert!(!super::zen1(0x0083_0f10)); // EPYC 7742 (Zen 2): model 31h
-        assert!(!super::zen1(0x00a0_0f11)); // EPYC 7763 (Zen 3): family 19h
-        assert!(!super::zen1(0x0005_0654)); // Xeon (Skylake): family 6
-    }
 }
