@@ -249,8 +249,30 @@ impl PackedRhs {
 /// `a` must hold `m` rows of `b.k()` values and `c` `m` rows of `b.n()` values at the given
 /// strides; `c` must not overlap `a`.
 pub unsafe fn gemm(m: usize, a: *const f32, lda: usize, b: &PackedB, c: *mut f32, ldc: usize) {
-    // SAFETY: the caller's contract.
-    unsafe { gemm_lhs(m, Lhs::rows(a, lda, m), b, c, ldc) }
+    assert!(supported(), "kiln_cpu::gemm needs AVX2 and FMA");
+    let (n, panels) = (b.n, b.panels());
+    if m == 0 || n == 0 {
+        return;
+    }
+    if b.k == 0 {
+        // SAFETY: c holds m rows of n values ldc apart (the caller's contract).
+        unsafe { zero_rows(m, n, c, ldc) };
+        return;
+    }
+    let job = Job { a: Lhs::rows(a, lda, m), b, c, ldc };
+    let threads = rayon::current_num_threads();
+    if threads < 2 || m * n * b.k < PAR_WORK {
+        job.run(0..m, 0..panels);
+        return;
+    }
+    // Rows or whole panels per thread, whichever splits more evenly (rows on a tie: each thread
+    // then reads all of b, which stays in the shared L3).
+    let even = |units: usize| units as f64 / (threads * units.div_ceil(threads)) as f64;
+    if even(m.div_ceil(ROWS)) >= even(panels) {
+        crate::par::for_each_task(threads, |i| job.run(even_rows(m, threads, i), 0..panels));
+    } else {
+        in_parts(panels, panels.div_ceil(threads), |part| job.run(0..m, part));
+    }
 }
 
 /// One block of rows of a left-hand side, times `sign` (see [`Lhs`]).
@@ -264,8 +286,9 @@ pub(crate) struct Term {
     pub(crate) rows: usize,
 }
 
-/// The left-hand side of a [`gemm`]: rows `lda` apart, of one block or, for Strassen's products
-/// (see `strassen.rs`), the signed sum of two blocks of one matrix, summed as it is packed.
+/// The left-hand side of a product as `avx2::pack_a` packs it: rows `lda` apart, of one block
+/// or, for Strassen's products (see `strassen.rs`), the signed sum of two blocks of one matrix,
+/// summed as it is packed.
 #[derive(Clone, Copy)]
 pub(crate) struct Lhs {
     pub(crate) lda: usize,
@@ -277,37 +300,6 @@ impl Lhs {
     /// `rows` rows at `a`, `lda` apart.
     pub(crate) fn rows(a: *const f32, lda: usize, rows: usize) -> Lhs {
         Lhs { lda, first: Term { a, sign: 1.0, rows }, second: None }
-    }
-}
-
-/// [`gemm`] of an [`Lhs`].
-///
-/// # Safety
-/// As [`gemm`], for each of `a`'s terms (its own rows).
-pub(crate) unsafe fn gemm_lhs(m: usize, a: Lhs, b: &PackedB, c: *mut f32, ldc: usize) {
-    assert!(supported(), "kiln_cpu::gemm needs AVX2 and FMA");
-    let (n, panels) = (b.n, b.panels());
-    if m == 0 || n == 0 {
-        return;
-    }
-    if b.k == 0 {
-        // SAFETY: c holds m rows of n values ldc apart (the caller's contract).
-        unsafe { zero_rows(m, n, c, ldc) };
-        return;
-    }
-    let job = Job { a, b, c, ldc };
-    let threads = rayon::current_num_threads();
-    if threads < 2 || m * n * b.k < PAR_WORK {
-        job.run(0..m, 0..panels);
-        return;
-    }
-    // Rows or whole panels per thread, whichever splits more evenly (rows on a tie: each thread
-    // then reads all of b, which stays in the shared L3).
-    let even = |units: usize| units as f64 / (threads * units.div_ceil(threads)) as f64;
-    if even(m.div_ceil(ROWS)) >= even(panels) {
-        crate::par::for_each_task(threads, |i| job.run(even_rows(m, threads, i), 0..panels));
-    } else {
-        in_parts(panels, panels.div_ceil(threads), |part| job.run(0..m, part));
     }
 }
 
