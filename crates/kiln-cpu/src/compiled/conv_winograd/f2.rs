@@ -19,6 +19,7 @@
 
 use super::super::conv::Geom;
 use super::super::steps::Epi;
+use super::SKEW;
 use crate::gemm::{self, PackedA, PANEL};
 use crate::par::for_each_task;
 use kiln_ir::Result;
@@ -52,14 +53,20 @@ fn tiles(g: &Geom) -> (usize, usize, usize) {
     (th, tw, th * tw)
 }
 
-/// Values of one `V[ξ]`: `[C, T]` in panels of 16 columns, the last one whole.
+/// Values from one `V[ξ]` to the next: `[C, T]` in panels of 16 columns, the last one
+/// whole, and a [`SKEW`].
 fn v_len(g: &Geom) -> usize {
-    tiles(g).2.div_ceil(PANEL) * PANEL * g.cg
+    tiles(g).2.div_ceil(PANEL) * PANEL * g.cg + SKEW
 }
 
-/// f32 elements of scratch the conv needs: `V` and `M` (16 x `[O, T]`).
+/// Values from one `M[ξ]` (`[O, T]`) to the next.
+fn m_len(g: &Geom) -> usize {
+    g.o * tiles(g).2 + SKEW
+}
+
+/// f32 elements of scratch the conv needs: `V` and `M`.
 pub(crate) fn scratch_elems(g: &Geom) -> usize {
-    XI * (v_len(g) + g.o * tiles(g).2)
+    XI * (v_len(g) + m_len(g))
 }
 
 /// A conv's weights transformed and packed: `U[ξ]` (`[O, C]`) for each of the 16 elements.
@@ -115,7 +122,7 @@ pub(crate) unsafe fn run(
 ) -> Result<()> {
     let (c, o) = (g.cg, g.o);
     let (_, tw, t) = tiles(g);
-    let vl = v_len(g);
+    let (vl, ml) = (v_len(g), m_len(g));
     let (v, m) = scratch[..scratch_elems(g)].split_at_mut(XI * vl);
     // Columns past the last tile (in the last panel) are read by the GEMM, never stored:
     // zeros, not stale values. The transforms write every other value.
@@ -161,7 +168,7 @@ pub(crate) unsafe fn run(
         for_each_task(XI, |xi| {
             // SAFETY: V[ξ] holds T columns of C rows in panels and M[ξ] is [O, T], both inside
             // the scratch, each product writing its own M[ξ]; U[ξ] is [O, C].
-            unsafe { gemm::gemm_a_panels_here(&w.u[xi], t, (vp as *const f32).add(xi * vl), (mp as *mut f32).add(xi * o * t), t) };
+            unsafe { gemm::gemm_a_panels_here(&w.u[xi], t, (vp as *const f32).add(xi * vl), (mp as *mut f32).add(xi * ml), t) };
         });
         for_each_task(o.div_ceil(CHANNELS_PER_TASK), |task| {
             for k in task * CHANNELS_PER_TASK..((task + 1) * CHANNELS_PER_TASK).min(o) {
@@ -169,7 +176,7 @@ pub(crate) unsafe fn run(
                 let dst = (out as *mut f32).wrapping_add((img * o + k) * g.p());
                 for tile in 0..t {
                     // SAFETY: M[ξ] row k, column `tile`, inside the scratch.
-                    let mv: [[f32; N]; N] = std::array::from_fn(|i| std::array::from_fn(|j| unsafe { *(mp as *const f32).add((N * i + j) * o * t + k * t + tile) }));
+                    let mv: [[f32; N]; N] = std::array::from_fn(|i| std::array::from_fn(|j| unsafe { *(mp as *const f32).add((N * i + j) * ml + k * t + tile) }));
                     let cols: [[f32; M]; N] = std::array::from_fn(|j| at(std::array::from_fn(|i| mv[i][j])));
                     let (y0, x0) = (tile / tw * M, tile % tw * M);
                     for i in 0..M.min(g.oh - y0) {

@@ -100,6 +100,11 @@ struct Layout {
 /// weights in use.
 const CHUNK_BYTES: usize = 320 << 10;
 
+/// Values between one of the 36 matrices of `V` (or of `M`) and the next beyond their own: a
+/// transform writes (reads) one vector to (from) each of the 36, and at a distance that is a
+/// multiple of 4 KB (a `[64, 16]` matrix) all 36 fall in the same set of the 8-way L1.
+pub(super) const SKEW: usize = 16;
+
 /// Values of slack before and after the split input: a vector that serves only some of its
 /// lanes (a tile row's end) reads up to 8 values past either end; those lanes are discarded.
 const SLACK: usize = 16;
@@ -128,7 +133,7 @@ impl Layout {
     /// Values of one chunk's `V` (36 x `[C, chunk]` in GEMM panels of 16 columns) and `M`
     /// (36 x `[O, chunk]`).
     fn chunk_work(&self, g: &Geom) -> usize {
-        XI * (self.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * g.cg + g.o * self.chunk)
+        XI * (self.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * g.cg + g.o * self.chunk + 2 * SKEW)
     }
 
     /// f32 elements of scratch: the split input with its slack, and every chunk's work.
@@ -339,9 +344,14 @@ impl Chunk<'_> {
         self.groups.len() * LANES
     }
 
-    /// Values of one `V[ξ]`: `[C, cols]` in panels of 16 columns.
+    /// Values from one `V[ξ]` (`[C, cols]` in panels of 16 columns) to the next.
     fn v_len(&self) -> usize {
-        self.l.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * self.g.cg
+        self.l.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * self.g.cg + SKEW
+    }
+
+    /// Values from one `M[ξ]` (`[O, cols]`) to the next.
+    fn m_len(&self) -> usize {
+        self.g.o * self.cols() + SKEW
     }
 
     fn m(&self) -> *mut f32 {
@@ -372,12 +382,12 @@ impl Chunk<'_> {
     /// # Safety
     /// `V` is complete; no other task writes these `M[ξ]`.
     unsafe fn multiply(&self, xis: std::ops::Range<usize>) {
-        let (o, cols) = (self.g.o, self.cols());
+        let cols = self.cols();
         for xi in xis {
             // SAFETY: V[ξ] holds `cols` columns of C rows in panels, M[ξ] is [O, cols], both
             // inside the chunk's scratch; U[ξ] is [O, C].
             unsafe {
-                gemm::gemm_a_panels_here(&self.w.u[xi], cols, self.work.add(xi * self.v_len()), self.m().add(xi * o * cols), cols)
+                gemm::gemm_a_panels_here(&self.w.u[xi], cols, self.work.add(xi * self.v_len()), self.m().add(xi * self.m_len()), cols)
             };
         }
     }
@@ -394,7 +404,7 @@ impl Chunk<'_> {
             let dst = self.out.wrapping_add(k * g.p());
             for (gi, group) in self.groups.iter().enumerate() {
                 // SAFETY: M[ξ][k][gi*8..gi*8+8] is inside the chunk's M for every ξ.
-                unsafe { avx2::output_tiles(self.m().add(k * cols + gi * LANES), g.o * cols, b, &mut rows) };
+                unsafe { avx2::output_tiles(self.m().add(k * cols + gi * LANES), self.m_len(), b, &mut rows) };
                 for seg in &self.segs[group.clone()] {
                     let (y0, x0) = (M * seg.ty, M * seg.tx);
                     let len = (M * seg.lanes.len()).min(g.ow - x0);
