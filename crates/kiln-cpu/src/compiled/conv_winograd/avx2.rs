@@ -144,3 +144,24 @@ pub(super) unsafe fn split_32(src: *const f32, phases: [*mut f32; 4]) {
         unsafe { _mm256_storeu_ps(phases[p], v) };
     }
 }
+
+/// [`split_32`] for 8 values: `src[4l + p]` goes to `phases[p][l]` for `l < 2`, `p < 4` (a
+/// row's columns past its last block of 32: a 14x14 or 28x28 map has no such block at all).
+///
+/// # Safety
+/// `src` holds 8 readable values and each `phases[p]` two writable ones.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn split_8(src: *const f32, phases: [*mut f32; 4]) {
+    // SAFETY: the caller's contract.
+    let v = unsafe { _mm256_loadu_ps(src) };
+    // 0 4 1 5 | 2 6 3 7: each phase's two values side by side.
+    let t = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    let (lo, hi) = (_mm_castps_pd(_mm256_castps256_ps128(t)), _mm_castps_pd(_mm256_extractf128_ps::<1>(t)));
+    // SAFETY: the caller's contract (each store writes two f32).
+    unsafe {
+        _mm_storel_pd(phases[0].cast(), lo);
+        _mm_storeh_pd(phases[1].cast(), lo);
+        _mm_storel_pd(phases[2].cast(), hi);
+        _mm_storeh_pd(phases[3].cast(), hi);
+    }
+}

@@ -434,7 +434,7 @@ fn split_image(g: &Geom, l: &Layout, x: &BufView, px: *const f32, img: usize, ds
             let src = (px as *const f32).wrapping_add(at);
             let mut i = 0;
             if x.strides[3] == 1 {
-                // Blocks of 32 from the first column of phase 0.
+                // Blocks of 32, then of 8, from the first column of phase 0.
                 let head = ((M - pl % M) % M).min(g.w);
                 for j in 0..head {
                     let col = j + pl;
@@ -449,6 +449,13 @@ fn split_image(g: &Geom, l: &Layout, x: &BufView, px: *const f32, img: usize, ds
                     // phase has 8 slots from `slot` (checked by the slices); the CPU has AVX2.
                     unsafe { avx2::split_32(src.add(i), phases) };
                     i += 32;
+                }
+                while i + 8 <= g.w {
+                    let slot = (i + pl) / M;
+                    let phases: [*mut f32; M] = std::array::from_fn(|p| row[p * l.wq + slot..][..2].as_mut_ptr());
+                    // SAFETY: as for the blocks of 32, with 8 columns and 2 slots a phase.
+                    unsafe { avx2::split_8(src.add(i), phases) };
+                    i += 8;
                 }
             }
             for j in i..g.w {
