@@ -219,7 +219,12 @@ fn main() {
             }
             let (a, b) = (tensor(&[m, k], 1), tensor(&[k, n], 2));
             let av = a.to_vec::<f32>().expect("f32");
-            let bv = b.to_vec::<f32>().expect("f32");
+            // On a 64-byte line, as a compiled program's arena places it (kiln's GEMM reads an
+            // image of whole lines where it lies, and packs a misaligned one).
+            let mut store = vec![0.0f32; k * n + 16];
+            let skip = (16 - store.as_ptr() as usize / 4 % 16) % 16;
+            store[skip..skip + k * n].copy_from_slice(&b.to_vec::<f32>().expect("f32"));
+            let bv = &store[skip..skip + k * n];
             // SAFETY: a is a dense [m, k] matrix.
             let packed = unsafe { kiln_cpu::gemm::PackedA::pack(m, k, av.as_ptr(), k as isize, 1) };
             let mut c = vec![0.0f32; m * n];
