@@ -62,6 +62,7 @@ pub(super) unsafe fn block(
                             cols: 0,
                             acc,
                             also: None,
+                            stream_a: false,
                         };
                         t.sweep(ROWS.min(r1 - i), q1 - q0, k * PANEL, n - q0 * PANEL, 0, wide);
                     }
@@ -136,6 +137,12 @@ pub(super) unsafe fn block_a(
         _ => false,
     };
     let sweep = SWEEP.min(panels.len());
+    // With one panel of columns (each of Winograd's products on a chunk of 16 tiles), each
+    // slice of `a` meets `b` once: `a` streams from memory, where the hardware prefetcher,
+    // restarting at each tile's slice, fell behind. Asked for ahead, resnet50's 14x14 F(4x4)
+    // convs (9.4 MB of transformed weights each) ran 0.62-0.66 ms, not 0.69-0.73. With more
+    // panels the slice is in L1 after the first, and the prefetches only took load slots.
+    let stream_a = panels.len() == 1;
     // Rows of `b` packed at once: whole depth passes, as many as fit the budget.
     let depth = if out.depth > 0 { out.depth } else { DEPTH };
     let rows = (B_BLOCK_BYTES / (4 * PANEL * sweep)).max(depth) / depth * depth;
@@ -185,6 +192,7 @@ pub(super) unsafe fn block_a(
                                 rows: o.rows.saturating_sub(i),
                                 ..o
                             }),
+                            stream_a,
                         };
                         t.sweep(ROWS.min(m - i), q1 - q0, step, read.len(), skip, wide);
                     }
@@ -345,7 +353,8 @@ const PREFETCH_AHEAD: usize = 1024;
 /// 100 MB), and the stream of `a` jumps from tile to tile at each depth block, which the
 /// hardware prefetcher followed late: a 1x1 2048 -> 512 conv on a 7x7 image, its weights out
 /// of cache, took 1.11 ms on 2 threads, 0.61 with this (0.57 with the weights in cache).
-/// (The AVX2 tile, which reads each slice of `a` once per panel, measured no clear gain.)
+/// (The AVX2 tile reads each slice of `a` once per panel: it asks only when there is one panel,
+/// see `Tile::stream_a`.)
 #[inline(always)]
 pub(super) fn prefetch_a(ap: *const f32) {
     let at = ap.wrapping_add(PREFETCH_AHEAD);
@@ -372,6 +381,9 @@ pub(super) struct Tile {
     pub(super) acc: bool,
     /// A second block of `c` the tile's sums also go to (Strassen's products, see [`Also`]).
     pub(super) also: Option<Also>,
+    /// The tile's slice of `a` is read once, not once per panel: [`prefetch_a`] asks for it
+    /// ahead (see [`block_a`]).
+    pub(super) stream_a: bool,
 }
 
 /// A second block of `c` (rows `ldc` apart, as the first) that a tile's sums go to as well,
@@ -605,6 +617,9 @@ impl Tile {
             // 6 x 16 tile in C measured 84-87 GFLOP/s unrolled, on a core that peaks at ~90;
             // a software prefetch of the panel only took load slots from it).
             for _ in 0..self.depth / 4 {
+                if self.stream_a {
+                    prefetch_a(ap);
+                }
                 for u in 0..4 {
                     step(&mut sets[u % S], ap.add(u * ROWS), bp.add(u * self.ldb));
                 }
