@@ -222,7 +222,7 @@ fn main() {
             // On a 64-byte line, as a compiled program's arena places it (kiln's GEMM reads an
             // image of whole lines where it lies, and packs a misaligned one).
             let mut store = vec![0.0f32; k * n + 16];
-            let skip = (16 - store.as_ptr() as usize / 4 % 16) % 16;
+            let skip = store.as_ptr().align_offset(64);
             store[skip..skip + k * n].copy_from_slice(&b.to_vec::<f32>().expect("f32"));
             let bv = &store[skip..skip + k * n];
             // SAFETY: a is a dense [m, k] matrix.

@@ -133,7 +133,12 @@ impl Layout {
     /// Values of one chunk's `V` (36 x `[C, chunk]` in GEMM panels of 16 columns) and `M`
     /// (36 x `[O, chunk]`).
     fn chunk_work(&self, g: &Geom) -> usize {
-        XI * (self.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * g.cg + g.o * self.chunk + 2 * SKEW)
+        XI * (self.v_len(g) + g.o * self.chunk + SKEW)
+    }
+
+    /// Values from one of a chunk's `V[ξ]` (`[C, chunk]` in panels of 16 columns) to the next.
+    fn v_len(&self, g: &Geom) -> usize {
+        self.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * g.cg + SKEW
     }
 
     /// f32 elements of scratch: the split input with its slack, and every chunk's work.
@@ -344,9 +349,9 @@ impl Chunk<'_> {
         self.groups.len() * LANES
     }
 
-    /// Values from one `V[ξ]` (`[C, cols]` in panels of 16 columns) to the next.
+    /// Values from one `V[ξ]` to the next ([`Layout::v_len`]).
     fn v_len(&self) -> usize {
-        self.l.chunk.div_ceil(gemm::PANEL) * gemm::PANEL * self.g.cg + SKEW
+        self.l.v_len(self.g)
     }
 
     /// Values from one `M[ξ]` (`[O, cols]`) to the next.
